@@ -1,0 +1,47 @@
+# Shared, idempotent bootstrap for scripts/dev and scripts/test (source it). Each step is
+# skipped when its inputs have not changed since it last ran:
+#   bootstrap_python       .venv (from the machine's python3) with `-e .[dev]` installed
+#   bootstrap_node         node_modules from package-lock.json (npm ci)
+#   bootstrap_bundle ARGS  the local workerd runtime's bundle (scripts/workerd/build.py)
+# Sets ROOT (the project root) and VENV.
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.venv"
+
+_bootstrap_log() { printf '[bootstrap] %s\n' "$*" >&2; }
+
+_bootstrap_hash() { (cd "$ROOT" && cat "$@" 2>/dev/null) | sha256sum | cut -d' ' -f1; }
+
+bootstrap_python() {
+  if [ ! -x "$VENV/bin/python" ]; then
+    _bootstrap_log "creating .venv with $(command -v python3) ..."
+    python3 -m venv "$VENV"
+  fi
+  local want have
+  want="$(_bootstrap_hash pyproject.toml)"
+  have="$(cat "$VENV/.threadline-installed" 2>/dev/null || true)"
+  if [ "$want" != "$have" ]; then
+    _bootstrap_log "installing threadline and its dev tools into .venv (pip) ..."
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT[dev]"
+    printf '%s\n' "$want" > "$VENV/.threadline-installed"
+  fi
+}
+
+bootstrap_node() {
+  if ! command -v npm >/dev/null 2>&1; then
+    _bootstrap_log "npm not found: Node.js 20+ is needed for the local workerd runtime"
+    return 1
+  fi
+  local want have
+  want="$(_bootstrap_hash package.json package-lock.json)"
+  have="$(cat "$ROOT/node_modules/.threadline-installed" 2>/dev/null || true)"
+  if [ "$want" != "$have" ]; then
+    _bootstrap_log "installing miniflare and pyodide (npm ci) ..."
+    (cd "$ROOT" && npm ci --no-audit --no-fund --loglevel=error >&2)
+    printf '%s\n' "$want" > "$ROOT/node_modules/.threadline-installed"
+  fi
+}
+
+bootstrap_bundle() {
+  "$VENV/bin/python" "$ROOT/scripts/workerd/build.py" "$@" >/dev/null
+}
