@@ -1,0 +1,62 @@
+"""threadline: durable agent threads for Cloudflare Python Workers.
+
+Importing this package never imports the ``workers`` SDK, ``js`` or ``pyodide``; the platform
+shells live in :mod:`threadline.worker`, imported only by a Worker's entry module.
+"""
+
+from threadline.app import Application
+from threadline.clock import Clock, ManualClock, SystemClock
+from threadline.config import RuntimeConfig
+from threadline.errors import (
+    AgentError,
+    ApiError,
+    BindingUnavailable,
+    Conflict,
+    ErrorCode,
+    Evicted,
+    NonRetryable,
+    NotFound,
+    PayloadTooLarge,
+    RetryableAgentError,
+    SchedulingError,
+    SchemaError,
+    StorageError,
+    ThreadlineError,
+    Unauthorized,
+    ValidationFailed,
+)
+from threadline.ids import IdSource, RandomIds, SequentialIds
+from threadline.space import Space
+from threadline.storage import SqliteStorage, Storage
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AgentError",
+    "ApiError",
+    "Application",
+    "BindingUnavailable",
+    "Clock",
+    "Conflict",
+    "ErrorCode",
+    "Evicted",
+    "IdSource",
+    "ManualClock",
+    "NonRetryable",
+    "NotFound",
+    "PayloadTooLarge",
+    "RandomIds",
+    "RetryableAgentError",
+    "RuntimeConfig",
+    "SchedulingError",
+    "SchemaError",
+    "SequentialIds",
+    "Space",
+    "SqliteStorage",
+    "Storage",
+    "StorageError",
+    "SystemClock",
+    "ThreadlineError",
+    "Unauthorized",
+    "ValidationFailed",
+]

@@ -1,0 +1,59 @@
+"""A small, platform-neutral HTTP request/response pair that the routes work on."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """An HTTP request as the routes see it: header names are lower-case."""
+
+    method: str
+    path: str
+    query: dict[str, list[str]] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+
+    @classmethod
+    def from_url(
+        cls, method: str, url: str, headers: dict[str, str] | None = None, body: bytes = b""
+    ) -> Request:
+        """Build a request from a full or path-only URL."""
+        parts = urlsplit(url)
+        return cls(
+            method=method.upper(),
+            path=parts.path or "/",
+            query=parse_qs(parts.query, keep_blank_values=True),
+            headers={k.lower(): v for k, v in (headers or {}).items()},
+            body=body,
+        )
+
+    def header(self, name: str) -> str | None:
+        """A header's value, or None."""
+        return self.headers.get(name.lower())
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """An HTTP response: status, headers and a byte body."""
+
+    status: int
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+
+    def json(self) -> Any:
+        """The body decoded as JSON."""
+        return json.loads(self.body)
+
+
+def json_response(status: int, payload: Any, *, content_type: str = "application/json") -> Response:
+    """A JSON response with compact, stable encoding."""
+    body = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
+    return Response(status, {"content-type": content_type}, body)
+
+
+__all__ = ["Request", "Response", "json_response"]

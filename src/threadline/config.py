@@ -1,0 +1,69 @@
+"""Runtime configuration, validated once when it is built."""
+
+from __future__ import annotations
+
+from typing import Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+#: Cloudflare stops an alarm handler after 15 minutes of wall time.
+PLATFORM_ALARM_WALL_LIMIT_MS = 900_000
+
+
+class RuntimeConfig(BaseModel):
+    """Tunables of one threadline deployment.
+
+    Frozen and validated at construction: a bad value raises pydantic's ``ValidationError``
+    naming the field, before anything is written.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    alarm_backoff_base_ms: int = Field(
+        1_000, ge=1, le=3_600_000, description="Backoff for a failed pass or lane: base delay."
+    )
+    alarm_backoff_cap_ms: int = Field(
+        300_000, ge=1, le=3_600_000, description="Backoff ceiling for a failed pass or lane."
+    )
+    park_after_stalls: int = Field(
+        12, ge=1, le=30, description="Claims without progress before a lane is parked."
+    )
+    lease_ms: int = Field(60_000, ge=1_000, le=3_600_000, description="Attempt lease length.")
+    native_concurrency: int = Field(
+        2, ge=1, le=16, description="Threads whose head Attempts run at once in one pass."
+    )
+    after_native_concurrency: int = Field(
+        2, ge=1, le=16, description="After-native lanes run at once after native work joined."
+    )
+    yield_after_ms: int = Field(
+        600_000, ge=1, description="No new Attempt is admitted after this much of a pass."
+    )
+    event_deadline_ms: int = Field(
+        840_000,
+        ge=1,
+        lt=PLATFORM_ALARM_WALL_LIMIT_MS,
+        description="Cooperative deadline of one alarm event.",
+    )
+    projection_dispatch_timeout_ms: int = Field(
+        30_000, ge=1, le=300_000, description="Bound of one projection backfill wave."
+    )
+    max_attempts: int = Field(5, ge=1, le=100, description="Attempts before a submission fails.")
+    max_body_bytes: int = Field(
+        1_048_576, ge=1_024, le=33_554_432, description="Largest accepted request body."
+    )
+
+    @model_validator(mode="after")
+    def _check_relations(self) -> Self:
+        if self.alarm_backoff_cap_ms < self.alarm_backoff_base_ms:
+            raise ValueError("alarm_backoff_cap_ms must be >= alarm_backoff_base_ms")
+        if self.yield_after_ms > self.event_deadline_ms:
+            raise ValueError("yield_after_ms must be <= event_deadline_ms")
+        return self
+
+    @property
+    def min_alarm_delay_ms(self) -> int:
+        """The earliest an alarm may be armed ahead of now: half the backoff base, at least 1."""
+        return max(1, -(-self.alarm_backoff_base_ms // 2))
+
+
+__all__ = ["PLATFORM_ALARM_WALL_LIMIT_MS", "RuntimeConfig"]

@@ -1,0 +1,198 @@
+"""The one error tree of threadline.
+
+Every error the library raises on purpose derives from :class:`ThreadlineError` and carries a
+stable :class:`ErrorCode`. Lower-layer failures (sqlite3, JavaScript exceptions from workerd) are
+mapped to the most specific class here at one boundary, the storage adapter, and chained with
+``raise ... from``::
+
+    ThreadlineError
+    ├── StorageError                 the storage engine refused or failed a statement
+    │   └── SchemaError              the database schema is unknown, newer, or a migration failed
+    ├── SchedulingError              the alarm substrate was misused (gate inside a transaction)
+    ├── ApiError                     a request the HTTP surface rejects; has an HTTP status
+    │   ├── ValidationFailed         400/422: malformed JSON, bad ids, schema violations
+    │   ├── Unauthorized             401: missing or wrong bearer token
+    │   ├── NotFound                 404: no such route, thread or submission
+    │   ├── Conflict                 409: idempotency key reused with other input, bad state
+    │   └── PayloadTooLarge          413: body above the configured cap
+    ├── BindingUnavailable           a submission names an agent this deployment does not register
+    └── AgentError                   raised by (or on behalf of) an agent's code
+        ├── RetryableAgentError      the Attempt fails and is retried with backoff
+        └── NonRetryable             the submission settles ``failed`` at once
+
+    BaseException
+    └── Evicted                      simulated loss of the object; ``except Exception`` cannot
+                                     swallow it, exactly like a real eviction
+
+Configuration errors are pydantic ``ValidationError`` s raised by :class:`threadline.RuntimeConfig`;
+they name each offending field.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+
+class ErrorCode(StrEnum):
+    """Stable, machine-readable identifiers carried by every :class:`ThreadlineError`."""
+
+    STORAGE = "storage"
+    SCHEMA = "schema"
+    SCHEDULING = "scheduling"
+    VALIDATION = "validation"
+    UNAUTHORIZED = "unauthorized"
+    NOT_FOUND = "not-found"
+    CONFLICT = "conflict"
+    PAYLOAD_TOO_LARGE = "payload-too-large"
+    BINDING_UNAVAILABLE = "binding-unavailable"
+    AGENT = "agent"
+    AGENT_RETRYABLE = "agent-retryable"
+    AGENT_NON_RETRYABLE = "agent-non-retryable"
+
+
+class ThreadlineError(Exception):
+    """Root of every error threadline raises deliberately."""
+
+    code: ErrorCode = ErrorCode.STORAGE
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class StorageError(ThreadlineError):
+    """A storage statement, transaction or alarm call failed; the transaction was rolled back."""
+
+    code = ErrorCode.STORAGE
+
+
+class SchemaError(StorageError):
+    """The stored schema cannot be used by this code (newer version, or a failed migration)."""
+
+    code = ErrorCode.SCHEMA
+
+
+class SchedulingError(ThreadlineError):
+    """The scheduling substrate was used against its contract."""
+
+    code = ErrorCode.SCHEDULING
+
+
+class ApiError(ThreadlineError):
+    """A request the HTTP surface rejects. ``status`` is the HTTP status to answer with."""
+
+    code = ErrorCode.VALIDATION
+    status: int = 400
+    title: str = "Bad request"
+
+    def __init__(self, message: str, *, field: str | None = None, **extra: Any) -> None:
+        super().__init__(message)
+        self.field = field
+        self.extra = extra
+
+
+class ValidationFailed(ApiError):
+    """Malformed input: bad JSON (400) or a value that violates the schema (422)."""
+
+    code = ErrorCode.VALIDATION
+    status = 422
+    title = "Invalid request"
+
+    def __init__(
+        self, message: str, *, field: str | None = None, status: int = 422, **extra: Any
+    ) -> None:
+        super().__init__(message, field=field, **extra)
+        self.status = status
+
+
+class Unauthorized(ApiError):
+    """The bearer token is missing or wrong. The response never says which."""
+
+    code = ErrorCode.UNAUTHORIZED
+    status = 401
+    title = "Unauthorized"
+
+
+class NotFound(ApiError):
+    """No such route, thread or submission."""
+
+    code = ErrorCode.NOT_FOUND
+    status = 404
+    title = "Not found"
+
+
+class Conflict(ApiError):
+    """The request contradicts stored state, e.g. an idempotency key reused with other input."""
+
+    code = ErrorCode.CONFLICT
+    status = 409
+    title = "Conflict"
+
+
+class PayloadTooLarge(ApiError):
+    """The request body exceeds ``RuntimeConfig.max_body_bytes``."""
+
+    code = ErrorCode.PAYLOAD_TOO_LARGE
+    status = 413
+    title = "Payload too large"
+
+
+class BindingUnavailable(ThreadlineError):
+    """A submission names an agent (or version) that this deployment does not register."""
+
+    code = ErrorCode.BINDING_UNAVAILABLE
+
+    def __init__(self, agent: str) -> None:
+        super().__init__(f"no agent named {agent!r} is registered in this deployment")
+        self.agent = agent
+
+
+class AgentError(ThreadlineError):
+    """Base for errors raised by or for agent code."""
+
+    code = ErrorCode.AGENT
+
+
+class RetryableAgentError(AgentError):
+    """The Attempt failed; it is retried with backoff until ``max_attempts``."""
+
+    code = ErrorCode.AGENT_RETRYABLE
+
+
+class NonRetryable(AgentError):
+    """Raise from an agent to settle the submission ``failed`` without further attempts."""
+
+    code = ErrorCode.AGENT_NON_RETRYABLE
+
+
+class Evicted(BaseException):
+    """Simulated loss of the object at a failpoint. Never raised in production.
+
+    It derives from ``BaseException`` so agent code and library code that catch ``Exception``
+    cannot swallow it, just as they cannot survive a real eviction.
+    """
+
+    def __init__(self, location: str = "") -> None:
+        super().__init__(location)
+        self.location = location
+
+
+__all__ = [
+    "AgentError",
+    "ApiError",
+    "BindingUnavailable",
+    "Conflict",
+    "ErrorCode",
+    "Evicted",
+    "NonRetryable",
+    "NotFound",
+    "PayloadTooLarge",
+    "RetryableAgentError",
+    "SchedulingError",
+    "SchemaError",
+    "StorageError",
+    "ThreadlineError",
+    "Unauthorized",
+    "ValidationFailed",
+]

@@ -1,0 +1,184 @@
+"""``CloudflareStorage``: the storage port over a SQLite-backed Durable Object's ``ctx.storage``.
+
+What this adapter relies on in workerd (each pinned by the workerd integration tests):
+
+- ``ctx.storage.sql.exec(sql, *params)`` is synchronous and returns a cursor; rows are read at
+  once and the cursor is dropped, because a live cursor can make later statements fail with
+  ``SQLITE_LOCKED``. The billed ``rowsRead``/``rowsWritten`` are read from the JS cursor after the
+  rows are consumed (the Python SDK wrapper caches attributes, so its copy may be stale).
+- JS ``null`` reaches Python as ``pyodide.ffi.jsnull``; it is normalised to ``None`` in rows and
+  in the alarm slot, and ``None`` parameters are bound as ``jsnull``.
+- ``ctx.storage.transactionSync(fn)`` runs ``fn`` atomically; a Python exception inside rolls back
+  and reaches us as a JS error. The original exception is kept and re-raised unchanged.
+- ``setAlarm``/``deleteAlarm`` issued (not awaited) inside ``transactionSync`` commit or roll back
+  with that transaction's SQL; outside a transaction, SQL and an alarm write in the same
+  synchronous turn commit together. ``await ctx.storage.sync()`` is the durability barrier.
+- The alarm slot cannot be read synchronously, so this adapter remembers the last value it wrote
+  or read (``known_alarm``) and restores it when a transaction rolls back.
+
+``pyodide`` is imported lazily so that importing this module works under CPython.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from threadline.errors import StorageError
+from threadline.storage.meter import Meter
+from threadline.storage.port import Row, Rows, SqlValue
+
+T = TypeVar("T")
+
+
+def _jsnull() -> Any:
+    try:
+        from pyodide import ffi
+    except ImportError:  # pragma: no cover - only outside Pyodide
+        return None
+    return getattr(ffi, "jsnull", None)
+
+
+def _is_null(value: Any) -> bool:
+    if value is None:
+        return True
+    null = _jsnull()
+    return null is not None and value is null
+
+
+def _to_python(value: Any) -> Any:
+    if _is_null(value):
+        return None
+    if isinstance(value, int | float | str | bytes):
+        return value
+    to_py = getattr(value, "to_py", None)
+    if to_py is not None:
+        converted = to_py()
+        if isinstance(converted, memoryview):
+            return bytes(converted)
+        return converted
+    return value
+
+
+def _to_row(raw: Any) -> Row:
+    if isinstance(raw, dict):
+        mapping = raw
+    else:
+        to_py = getattr(raw, "to_py", None)
+        mapping = to_py() if to_py is not None else dict(raw)
+    return {str(key): _to_python(value) for key, value in mapping.items()}
+
+
+def _bind(value: SqlValue) -> Any:
+    if value is None:
+        null = _jsnull()
+        return null
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, bytes):
+        from pyodide.ffi import to_js
+
+        return to_js(value)
+    return value
+
+
+def _counter(cursor: Any, name: str) -> int:
+    binding = getattr(cursor, "_binding", cursor)
+    value = getattr(binding, name, 0)
+    return 0 if _is_null(value) else int(value)
+
+
+class CloudflareStorage:
+    """The storage port over ``ctx.storage`` of a SQLite-backed Durable Object."""
+
+    def __init__(self, js_storage: Any) -> None:
+        self._storage = js_storage
+        self._sql = js_storage.sql
+        self.meter = Meter(approximate=False)
+        self._alarm: int | None = None
+        self._depth = 0
+
+    def exec(self, sql: str, *params: SqlValue) -> Rows:
+        """Run one statement, read every row, free the cursor and meter its billed cost."""
+        cursor: Any = None
+        try:
+            cursor = self._sql.exec(sql, *[_bind(p) for p in params])
+            rows = [_to_row(raw) for raw in cursor]
+            read = _counter(cursor, "rowsRead")
+            written = _counter(cursor, "rowsWritten")
+        except Exception as exc:
+            raise StorageError(f"statement failed: {exc}") from exc
+        finally:
+            del cursor
+        self.meter.record(read, written)
+        return Rows(rows, read, written)
+
+    def in_transaction(self) -> bool:
+        """True while a ``transaction`` body is running."""
+        return self._depth > 0
+
+    def transaction(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` inside ``transactionSync``; its exception is re-raised unchanged."""
+        outcome: dict[str, Any] = {}
+
+        def body() -> None:
+            try:
+                outcome["result"] = fn()
+            except BaseException as exc:
+                outcome["error"] = exc
+                raise
+
+        saved_alarm = self._alarm
+        self._depth += 1
+        try:
+            self._storage.transactionSync(body)
+        except BaseException as exc:
+            self._alarm = saved_alarm
+            original = outcome.get("error")
+            if original is not None:
+                raise original from None
+            raise StorageError(f"transaction failed: {exc}") from exc
+        finally:
+            self._depth -= 1
+        return outcome["result"]  # type: ignore[no-any-return]
+
+    def set_alarm(self, epoch_ms: int) -> None:
+        """Issue ``setAlarm``; it commits with the surrounding transaction or synchronous turn."""
+        try:
+            self._storage.setAlarm(int(epoch_ms))
+        except Exception as exc:
+            raise StorageError(f"setAlarm failed: {exc}") from exc
+        self._alarm = int(epoch_ms)
+        self.meter.record_alarm_write()
+
+    def delete_alarm(self) -> None:
+        """Issue ``deleteAlarm``; it commits with the surrounding transaction or turn."""
+        try:
+            self._storage.deleteAlarm()
+        except Exception as exc:
+            raise StorageError(f"deleteAlarm failed: {exc}") from exc
+        self._alarm = None
+        self.meter.record_alarm_write()
+
+    def known_alarm(self) -> int | None:
+        """The alarm slot as this object last wrote or read it."""
+        return self._alarm
+
+    async def get_alarm(self) -> int | None:
+        """Ask workerd for the alarm slot and remember the answer."""
+        try:
+            value = await self._storage.getAlarm()
+        except Exception as exc:
+            raise StorageError(f"getAlarm failed: {exc}") from exc
+        self._alarm = None if _is_null(value) else int(value)
+        return self._alarm
+
+    async def sync(self) -> None:
+        """Wait until every write so far is durable."""
+        try:
+            await self._storage.sync()
+        except Exception as exc:
+            raise StorageError(f"sync failed: {exc}") from exc
+
+
+__all__ = ["CloudflareStorage"]

@@ -1,0 +1,231 @@
+"""The database schema as an append-only list of migrations.
+
+``MIGRATIONS[n]`` takes a database from version ``n`` to ``n + 1``; the version lives in the
+one-row table ``tl_meta``. Never edit or reorder a published entry: add a new one. Each entry is
+a tuple of single statements, so it runs unchanged on sqlite3 and on workerd, inside one
+transaction with the version bump.
+"""
+
+from __future__ import annotations
+
+from threadline.errors import SchemaError, StorageError
+from threadline.storage.port import Storage
+
+_SCHEDULING = (
+    # The due queue: one row per maintenance lane (DESIGN §3).
+    """CREATE TABLE tl_lanes (
+        id TEXT PRIMARY KEY NOT NULL,
+        due_at INTEGER,
+        not_before INTEGER NOT NULL DEFAULT 0 CHECK (not_before >= 0),
+        revision INTEGER NOT NULL DEFAULT 0 CHECK (revision >= 0),
+        stalls INTEGER NOT NULL DEFAULT 0 CHECK (stalls >= 0),
+        state TEXT NOT NULL DEFAULT 'idle' CHECK (state IN ('idle', 'due', 'parked')),
+        reported INTEGER NOT NULL DEFAULT 0 CHECK (reported IN (0, 1)),
+        cursor INTEGER NOT NULL DEFAULT 0 CHECK (cursor >= 0),
+        CHECK ((state = 'idle') = (due_at IS NULL))
+    ) WITHOUT ROWID""",
+    "CREATE INDEX tl_lanes_due ON tl_lanes (due_at) WHERE due_at IS NOT NULL",
+    # The generation record: one row (DESIGN §3, "Generations").
+    """CREATE TABLE tl_maintenance (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        dirty INTEGER NOT NULL CHECK (dirty >= 0),
+        processed INTEGER NOT NULL CHECK (processed >= 0 AND processed <= dirty),
+        nonterminal INTEGER NOT NULL DEFAULT 0 CHECK (nonterminal >= 0),
+        last_served_thread TEXT,
+        last_recovered_thread TEXT,
+        last_after_native_lane TEXT,
+        binding_registry_key TEXT,
+        retry_generation INTEGER CHECK (retry_generation IS NULL OR retry_generation >= 0),
+        retry_not_before INTEGER,
+        retry_native_only INTEGER CHECK (retry_native_only IS NULL OR retry_native_only IN (0, 1)),
+        retry_stalls INTEGER CHECK (retry_stalls IS NULL OR retry_stalls BETWEEN 0 AND 30),
+        recovery_event_seq INTEGER NOT NULL DEFAULT 0 CHECK (recovery_event_seq >= 0),
+        recovery_event_ack INTEGER NOT NULL DEFAULT 0
+            CHECK (recovery_event_ack >= 0 AND recovery_event_ack <= recovery_event_seq),
+        CHECK ((retry_generation IS NULL) = (retry_not_before IS NULL)),
+        CHECK ((retry_generation IS NULL) = (retry_stalls IS NULL)),
+        CHECK ((retry_generation IS NULL) = (retry_native_only IS NULL))
+    )""",
+    # A new object starts dirty so its first pass classifies any existing work.
+    "INSERT INTO tl_maintenance (id, dirty, processed) VALUES (1, 1, 0)",
+)
+
+_THREADS = (
+    """CREATE TABLE tl_threads (
+        id TEXT PRIMARY KEY NOT NULL,
+        next_seq INTEGER NOT NULL DEFAULT 1 CHECK (next_seq >= 1),
+        history_seq INTEGER NOT NULL DEFAULT 0 CHECK (history_seq >= 0),
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    ) WITHOUT ROWID""",
+    """CREATE TABLE tl_submissions (
+        id TEXT PRIMARY KEY NOT NULL,
+        thread_id TEXT NOT NULL REFERENCES tl_threads (id),
+        seq INTEGER NOT NULL CHECK (seq >= 1),
+        agent TEXT NOT NULL,
+        idempotency_key TEXT,
+        input_json TEXT NOT NULL,
+        input_digest TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN (
+            'queued', 'ready', 'running', 'suspended', 'unknown', 'joined',
+            'terminalizing', 'settled')),
+        outcome TEXT CHECK (outcome IS NULL OR outcome IN ('completed', 'failed', 'aborted')),
+        result_json TEXT,
+        error_json TEXT,
+        attempts INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+        revision INTEGER NOT NULL DEFAULT 0 CHECK (revision >= 0),
+        lease_owner TEXT,
+        lease_expires_at INTEGER,
+        not_before INTEGER,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        settled_at INTEGER,
+        CHECK ((state = 'settled') = (outcome IS NOT NULL)),
+        CHECK ((state = 'settled') = (settled_at IS NOT NULL)),
+        CHECK ((lease_owner IS NULL) = (lease_expires_at IS NULL)),
+        UNIQUE (thread_id, seq),
+        UNIQUE (thread_id, idempotency_key)
+    )""",
+    # Open work only: cost of a scan follows open submissions, not settled history.
+    """CREATE INDEX tl_submissions_open ON tl_submissions (thread_id, seq)
+        WHERE state <> 'settled'""",
+    """CREATE TABLE tl_journal (
+        submission_id TEXT NOT NULL REFERENCES tl_submissions (id),
+        step_key TEXT NOT NULL,
+        position INTEGER NOT NULL CHECK (position >= 0),
+        effect TEXT NOT NULL CHECK (effect IN ('idempotent', 'uncertain')),
+        state TEXT NOT NULL CHECK (state IN ('started', 'finished', 'failed')),
+        attempt INTEGER NOT NULL CHECK (attempt >= 1),
+        value_json TEXT,
+        error_json TEXT,
+        started_at INTEGER NOT NULL,
+        finished_at INTEGER,
+        PRIMARY KEY (submission_id, step_key)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE tl_history (
+        thread_id TEXT NOT NULL REFERENCES tl_threads (id),
+        seq INTEGER NOT NULL CHECK (seq >= 1),
+        record_id TEXT NOT NULL UNIQUE,
+        submission_id TEXT,
+        kind TEXT NOT NULL,
+        body_json TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (thread_id, seq)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE tl_waits (
+        id TEXT PRIMARY KEY NOT NULL,
+        submission_id TEXT NOT NULL REFERENCES tl_submissions (id),
+        kind TEXT NOT NULL CHECK (kind IN ('approval', 'timer', 'unknown', 'event')),
+        wait_key TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('open', 'resolved', 'cancelled')),
+        payload_json TEXT,
+        decision_json TEXT,
+        wake_at INTEGER,
+        created_at INTEGER NOT NULL,
+        resolved_at INTEGER,
+        CHECK (kind <> 'timer' OR wake_at IS NOT NULL),
+        CHECK ((state = 'open') = (resolved_at IS NULL)),
+        UNIQUE (submission_id, kind, wait_key)
+    )""",
+    "CREATE INDEX tl_waits_open ON tl_waits (wake_at) WHERE state = 'open'",
+    """CREATE TABLE tl_abort_intents (
+        submission_id TEXT PRIMARY KEY NOT NULL REFERENCES tl_submissions (id),
+        state TEXT NOT NULL CHECK (state IN ('requested', 'accepted', 'applied')),
+        reason TEXT,
+        requested_at INTEGER NOT NULL,
+        applied_at INTEGER
+    ) WITHOUT ROWID""",
+    """CREATE TABLE tl_outbox (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        record_id TEXT NOT NULL UNIQUE,
+        thread_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        body_json TEXT NOT NULL,
+        state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'delivered')),
+        attempts INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+        created_at INTEGER NOT NULL,
+        delivered_at INTEGER,
+        CHECK ((state = 'delivered') = (delivered_at IS NOT NULL))
+    )""",
+    "CREATE INDEX tl_outbox_pending ON tl_outbox (seq) WHERE state = 'pending'",
+    """CREATE TABLE tl_messages (
+        id TEXT PRIMARY KEY NOT NULL,
+        from_thread TEXT NOT NULL,
+        from_submission TEXT NOT NULL,
+        to_space TEXT NOT NULL,
+        to_thread TEXT NOT NULL,
+        input_json TEXT NOT NULL,
+        state TEXT NOT NULL DEFAULT 'pending'
+            CHECK (state IN ('pending', 'delivered', 'failed')),
+        attempts INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+        next_attempt_at INTEGER,
+        last_error TEXT,
+        created_at INTEGER NOT NULL,
+        delivered_at INTEGER,
+        CHECK ((state = 'pending') = (next_attempt_at IS NOT NULL))
+    ) WITHOUT ROWID""",
+    "CREATE INDEX tl_messages_pending ON tl_messages (next_attempt_at) WHERE state = 'pending'",
+)
+
+#: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
+MIGRATIONS: list[tuple[str, ...]] = [_SCHEDULING, _THREADS]
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+_CREATE_META = (
+    "CREATE TABLE IF NOT EXISTS tl_meta ("
+    "id INTEGER PRIMARY KEY CHECK (id = 1), schema_version INTEGER NOT NULL)"
+)
+_READ_VERSION = "SELECT schema_version FROM tl_meta WHERE id = 1"
+_FIRST_VERSION = "INSERT INTO tl_meta (id, schema_version) VALUES (1, ?)"
+_BUMP_VERSION = "UPDATE tl_meta SET schema_version = ? WHERE id = 1 AND schema_version = ?"
+
+
+def schema_version(storage: Storage) -> int:
+    """The version the database is at (0 for an empty database)."""
+    storage.exec(_CREATE_META)
+    value = storage.exec(_READ_VERSION).scalar()
+    return 0 if value is None else int(value)
+
+
+def migrate(storage: Storage, *, target: int | None = None) -> int:
+    """Bring the database to ``target`` (default: the latest) and return how many steps ran.
+
+    Each step commits with its version bump, so a crash leaves the database at a whole
+    version; running it again resumes there, and on an up-to-date database it changes nothing.
+    A database newer than this code raises :class:`SchemaError` without touching it.
+    """
+    goal = SCHEMA_VERSION if target is None else target
+    if not 0 <= goal <= SCHEMA_VERSION:
+        raise SchemaError(f"unknown schema version {goal}; this code knows 0..{SCHEMA_VERSION}")
+    applied = 0
+    while True:
+        current = schema_version(storage)
+        if current > SCHEMA_VERSION:
+            raise SchemaError(
+                f"database schema version {current} is newer than this code ({SCHEMA_VERSION})"
+            )
+        if current >= goal:
+            return applied
+        _apply(storage, current)
+        applied += 1
+
+
+def _apply(storage: Storage, current: int) -> None:
+    def step() -> None:
+        for statement in MIGRATIONS[current]:
+            storage.exec(statement)
+        if current == 0:
+            storage.exec(_FIRST_VERSION, 1)
+        elif storage.exec(_BUMP_VERSION, current + 1, current).rows_written != 1:
+            raise SchemaError(f"schema version moved while migrating from {current}")
+
+    try:
+        storage.transaction(step)
+    except SchemaError:
+        raise
+    except StorageError as exc:
+        raise SchemaError(f"migration {current} -> {current + 1} failed: {exc}") from exc
+
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate", "schema_version"]

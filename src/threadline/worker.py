@@ -1,0 +1,101 @@
+"""The Cloudflare shells: ``WorkerBase`` (the Worker's entrypoint) and ``ThreadObjectBase``.
+
+This module imports the ``workers`` SDK and is imported only by the Worker's entry module;
+``import threadline`` never loads it. Both classes only translate between the platform and the
+platform-neutral :class:`threadline.space.Space` / :mod:`threadline.api.edge`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
+
+from workers import DurableObject, Response, WorkerEntrypoint
+
+from threadline.api import edge
+from threadline.api.http import Request
+from threadline.api.http import Response as PlainResponse
+from threadline.app import Application
+from threadline.space import Space
+from threadline.storage.cloudflare import CloudflareStorage
+
+TOKEN_SECRET = "THREADLINE_API_TOKEN"  # noqa: S105 - the name of the secret, not its value
+
+
+def _to_platform(response: PlainResponse) -> Response:
+    return Response(response.body, status=response.status, headers=response.headers)
+
+
+def _headers(js_request: Any) -> dict[str, str]:
+    return {str(key).lower(): str(value) for key, value in js_request.headers.items()}
+
+
+def _content_length(headers: dict[str, str]) -> int | None:
+    value = headers.get("content-length")
+    return int(value) if value is not None and value.isdigit() else None
+
+
+class WorkerBase(WorkerEntrypoint):
+    """The Worker: checks the token, ids and body size, then forwards to the space's object."""
+
+    app: ClassVar[Application]
+    binding: ClassVar[str] = "THREADS"
+
+    async def fetch(self, request: Any) -> Response:
+        """Check one request at the edge and forward it to the object named by its space."""
+        headers = _headers(request)
+        path = urlsplit(str(request.url)).path
+        method = str(request.method).upper()
+        config = self.app.config
+        decision = edge.decide(
+            method,
+            path,
+            headers.get("authorization"),
+            getattr(self.env, TOKEN_SECRET, None),
+            _content_length(headers),
+            config.max_body_bytes,
+        )
+        if decision.response is not None:
+            return _to_platform(decision.response)
+        body = await request.bytes() if method not in ("GET", "HEAD") else b""
+        if len(body) > config.max_body_bytes:
+            return _to_platform(edge.body_too_large(config.max_body_bytes))
+        stub = getattr(self.env, self.binding).getByName(decision.object_name)
+        forwarded = await stub.fetch(
+            str(request.url),
+            method=method,
+            headers={k: v for k, v in headers.items() if k != "authorization"},
+            body=body if body else None,
+        )
+        return Response(
+            await forwarded.bytes(),
+            status=forwarded.status,
+            headers={"content-type": forwarded.headers.get("content-type") or "application/json"},
+        )
+
+
+class ThreadObjectBase(DurableObject):
+    """The Durable Object hosting one space: migrates on start, serves routes, runs the alarm."""
+
+    app: ClassVar[Application]
+
+    def __init__(self, ctx: Any, env: Any) -> None:
+        super().__init__(ctx, env)
+        self.storage = CloudflareStorage(ctx.storage)
+        self.space = Space(self.app, self.storage)
+        ctx.blockConcurrencyWhile(self.space.start)
+
+    async def fetch(self, request: Any) -> Response:
+        """Answer a request the Worker forwarded (it already checked token, ids and size)."""
+        method = str(request.method).upper()
+        body = await request.bytes() if method not in ("GET", "HEAD") else b""
+        plain = Request.from_url(method, str(request.url), _headers(request), body)
+        return _to_platform(await self.space.handle(plain))
+
+    async def alarm(self, alarm_info: Any = None) -> None:
+        """Run one maintenance pass; failures are handled inside with a durable backoff."""
+        retry_count = int(getattr(alarm_info, "retryCount", 0) or 0) if alarm_info else 0
+        await self.space.alarm(retry_count)
+
+
+__all__ = ["TOKEN_SECRET", "ThreadObjectBase", "WorkerBase"]
