@@ -24,6 +24,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import tomllib
 import zipfile
@@ -114,8 +115,8 @@ def fetch_wheels(cache_root: Path) -> Path:
     done = folder / ".complete"
     if done.exists():
         return folder
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
+    cache_root.mkdir(parents=True, exist_ok=True)
+    download = Path(tempfile.mkdtemp(prefix=".download.", dir=cache_root))
     log("downloading Pyodide wheels (pip) ...")
     started = time.monotonic()
     command = [
@@ -128,12 +129,14 @@ def fetch_wheels(cache_root: Path) -> Path:
         "--no-deps",
         *PIP_PLATFORM,
         "-d",
-        str(folder),
+        str(download),
         "-r",
         str(REQUIREMENTS),
     ]
     subprocess.run(command, check=True)  # noqa: S603 - fixed argv, no shell
-    done.touch()
+    (download / ".complete").touch()
+    shutil.rmtree(folder, ignore_errors=True)
+    download.rename(folder)
     log(f"wheels ready in {time.monotonic() - started:.1f} s")
     return folder
 
@@ -200,9 +203,9 @@ def build(args: argparse.Namespace) -> Path:
     started = time.monotonic()
     wheels = fetch_wheels(ROOT / ".threadline" / "wheels")
     log(f"building {out} ...")
-    staging = out.with_name(out.name + ".tmp")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # A private staging folder, swapped in at the end: concurrent builds never see half a bundle.
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     modules: list[dict[str, str]] = [
         {"type": "ESModule", "path": "main.mjs"},
         {"type": "ESModule", "path": "boot.mjs"},
@@ -229,8 +232,11 @@ def build(args: argparse.Namespace) -> Path:
     }
     (staging / "bundle.json").write_text(json.dumps(manifest, indent=2) + "\n")
     (staging / STAMP).write_text(stamp)
-    shutil.rmtree(out, ignore_errors=True)
+    retired = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+    if out.exists():
+        out.rename(retired / "bundle")
     staging.rename(out)
+    shutil.rmtree(retired, ignore_errors=True)
     log(f"built in {time.monotonic() - started:.1f} s")
     return out
 

@@ -1,0 +1,213 @@
+"""Test-only Worker for the workerd integration tests; never deployed.
+
+It re-exports the example app's ``Default`` and ``ThreadObject`` unchanged and adds a
+``StorageProbe`` Durable Object (binding ``PROBE``) that drives ``CloudflareStorage`` directly,
+so the tests can pin what the adapter relies on in real workerd. ``/_probe/{object}/{op}`` goes
+to the probe object named ``object``; every other path goes to the app's ``Default``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from pyodide.ffi import jsnull
+from workers import DurableObject, Response
+
+from entry import Default as AppDefault
+from entry import ThreadObject
+from threadline.storage.cloudflare import CloudflareStorage
+
+PREFIX = "/_probe/"
+SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS probe_items (k TEXT PRIMARY KEY, v TEXT)",
+    "CREATE TABLE IF NOT EXISTS probe_plain (id INTEGER PRIMARY KEY, v TEXT)",
+    "CREATE TABLE IF NOT EXISTS probe_indexed (k TEXT PRIMARY KEY, v TEXT, w TEXT)",
+    "CREATE INDEX IF NOT EXISTS probe_indexed_v ON probe_indexed (v)",
+    "CREATE TABLE IF NOT EXISTS probe_alarms ("
+    "  seq INTEGER PRIMARY KEY AUTOINCREMENT, fired_at INTEGER, retry_count INTEGER)",
+)
+
+
+class Boom(Exception):
+    """Raised inside a transaction to make it roll back."""
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Default(AppDefault):
+    """The app's entrypoint, plus a route to the probe objects."""
+
+    async def fetch(self, request: Any) -> Response:
+        url = str(request.url)
+        path = urlsplit(url).path
+        if not path.startswith(PREFIX):
+            return await super().fetch(request)
+        name = path[len(PREFIX) :].split("/", 1)[0]
+        forwarded = await self.env.PROBE.getByName(name).fetch(url)
+        return Response(
+            await forwarded.bytes(),
+            status=forwarded.status,
+            headers={"content-type": "application/json"},
+        )
+
+
+class StorageProbe(DurableObject):
+    """Runs one storage experiment per request and answers with what it saw."""
+
+    def __init__(self, ctx: Any, env: Any) -> None:
+        super().__init__(ctx, env)
+        self.storage = CloudflareStorage(ctx.storage)
+        for statement in SCHEMA:
+            self.storage.exec(statement)
+
+    async def fetch(self, request: Any) -> Response:
+        url = urlsplit(str(request.url))
+        op = url.path[len(PREFIX) :].split("/", 2)[1].replace("-", "_")
+        args = dict(parse_qsl(url.query))
+        handler = getattr(self, f"op_{op}", None)
+        if handler is None:
+            return Response.json({"error": f"no op {op}"}, status=404)
+        try:
+            result = await handler(**args)
+        except Exception as exc:
+            return Response.json({"error": f"{type(exc).__name__}: {exc}"}, status=500)
+        return Response(json.dumps(result), headers={"content-type": "application/json"})
+
+    async def alarm(self, alarm_info: Any = None) -> None:
+        retry = int(getattr(alarm_info, "retryCount", 0) or 0) if alarm_info else 0
+        self.storage.exec(
+            "INSERT INTO probe_alarms (fired_at, retry_count) VALUES (?, ?)", now_ms(), retry
+        )
+        print(f"probe alarm fired (retry {retry})")
+
+    def count(self, table: str) -> int:
+        return int(self.storage.exec(f"SELECT COUNT(*) AS n FROM {table}").scalar())
+
+    async def state(self) -> dict[str, Any]:
+        return {
+            "items": self.count("probe_items"),
+            "alarm": await self.storage.get_alarm(),
+            "known_alarm": self.storage.known_alarm(),
+        }
+
+    # -- experiments ---------------------------------------------------------------------
+
+    async def op_reset(self) -> dict[str, Any]:
+        self.storage.transaction(
+            lambda: (
+                self.storage.exec("DELETE FROM probe_items"),
+                self.storage.exec("DELETE FROM probe_alarms"),
+                self.storage.delete_alarm(),
+            )
+        )
+        return await self.state()
+
+    async def op_rollback(self, alarm_in: str) -> dict[str, Any]:
+        """Insert a row and write the alarm in one transaction that then raises."""
+        due = now_ms() + 3_600_000
+
+        def body() -> None:
+            self.storage.exec("INSERT INTO probe_items (k, v) VALUES ('rolled', 'back')")
+            if alarm_in == "inside":
+                self.storage.set_alarm(due)
+            raise Boom("roll back")
+
+        raised = None
+        try:
+            self.storage.transaction(body)
+        except Boom as exc:
+            raised = type(exc).__name__
+        if alarm_in == "after":
+            # Written right after transactionSync returned (here: raised), in the same turn.
+            self.storage.set_alarm(due)
+        return {"raised": raised, "due": due, **await self.state()}
+
+    async def op_commit(self, alarm_in: str, delay_ms: str = "3600000") -> dict[str, Any]:
+        """Insert a row and write the alarm, inside or right after one transaction."""
+        due = now_ms() + int(delay_ms)
+
+        def body() -> None:
+            self.storage.exec("INSERT OR REPLACE INTO probe_items (k, v) VALUES ('kept', 'row')")
+            if alarm_in == "inside":
+                self.storage.set_alarm(due)
+
+        self.storage.transaction(body)
+        if alarm_in == "after":
+            self.storage.set_alarm(due)
+        return {"due": due, **await self.state()}
+
+    async def op_nested(self) -> dict[str, Any]:
+        """A caught failure in a nested transaction drops only the inner writes."""
+        outer_due = now_ms() + 3_600_000
+        inner_due = outer_due + 60_000
+
+        def inner() -> None:
+            self.storage.exec("INSERT INTO probe_items (k, v) VALUES ('inner', 'x')")
+            self.storage.set_alarm(inner_due)
+            raise Boom("inner")
+
+        def outer() -> None:
+            self.storage.exec("INSERT INTO probe_items (k, v) VALUES ('outer', 'x')")
+            self.storage.set_alarm(outer_due)
+            with contextlib.suppress(Boom):
+                self.storage.transaction(inner)
+
+        self.storage.transaction(outer)
+        keys = [row["k"] for row in self.storage.exec("SELECT k FROM probe_items ORDER BY k")]
+        return {"keys": keys, "outer_due": outer_due, "inner_due": inner_due, **await self.state()}
+
+    async def op_nulls(self) -> dict[str, Any]:
+        """JS null in rows, parameters and the alarm slot comes back as None."""
+        raw_storage = getattr(self.ctx.storage, "_binding", self.ctx.storage)
+        raw_cursor = raw_storage.sql.exec("SELECT NULL AS n")
+        raw_value = next(iter(raw_cursor)).n
+        del raw_cursor
+        self.storage.delete_alarm()
+        row = self.storage.exec("SELECT NULL AS n, ? AS p, 7 AS seven", None).one()
+        return {
+            "raw_is_jsnull": raw_value is jsnull,
+            "row": row,
+            "types": {key: type(value).__name__ for key, value in row.items()},
+            "alarm": await self.storage.get_alarm(),
+        }
+
+    async def op_meter(self) -> dict[str, Any]:
+        """The meter's figures are workerd's billed rowsRead/rowsWritten."""
+        self.storage.exec("DELETE FROM probe_indexed")
+        self.storage.exec("DELETE FROM probe_plain")
+        figures: dict[str, Any] = {}
+        statements = {
+            "insert_rowid_table": ("INSERT INTO probe_plain (v) VALUES ('x')", ()),
+            "insert_explicit_rowid": ("INSERT INTO probe_plain (id, v) VALUES (7, 'x')", ()),
+            "insert_text_key": ("INSERT OR REPLACE INTO probe_items (k, v) VALUES ('m', '1')", ()),
+            "insert_indexed": ("INSERT INTO probe_indexed (k, v, w) VALUES ('a', 'x', 'y')", ()),
+            "update_plain_column": ("UPDATE probe_indexed SET w = 'z' WHERE k = 'a'", ()),
+            "update_indexed_column": ("UPDATE probe_indexed SET v = 'q' WHERE k = 'a'", ()),
+            "select_by_key": ("SELECT v FROM probe_indexed WHERE k = ?", ("a",)),
+            "delete_by_key": ("DELETE FROM probe_indexed WHERE k = 'a'", ()),
+        }
+        for name, (sql, params) in statements.items():
+            before = self.storage.meter.reading()
+            rows = self.storage.exec(sql, *params)
+            delta = self.storage.meter.reading() - before
+            figures[name] = {
+                "rows": [rows.rows_read, rows.rows_written],
+                "meter": [delta.rows_read, delta.rows_written],
+                "statements": delta.statements,
+                "approximate": delta.approximate,
+            }
+        return figures
+
+    async def op_alarms(self) -> dict[str, Any]:
+        """The rows ``alarm()`` wrote so far."""
+        rows = self.storage.exec("SELECT fired_at, retry_count FROM probe_alarms ORDER BY seq")
+        return {"fired": list(rows), **await self.state()}
+
+
+__all__ = ["Default", "StorageProbe", "ThreadObject"]

@@ -1,0 +1,79 @@
+"""CloudflareStorage in a SQLite-backed Durable Object of real workerd.
+
+Each test runs one experiment in the test-only ``StorageProbe`` object and pins what the
+adapter relies on (see the docstring of ``threadline.storage.cloudflare``).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from workerd_runtime import Runtime
+
+_names = itertools.count()
+
+
+@pytest.fixture
+def obj(workerd: Runtime) -> str:
+    """A fresh probe object for each test."""
+    return f"storage-{next(_names)}"
+
+
+def test_rollback_leaves_no_row_and_no_alarm(workerd: Runtime, obj: str) -> None:
+    seen = workerd.probe(obj, "rollback", alarm_in="inside")
+    assert seen["raised"] == "Boom"  # the body's own exception, unchanged
+    assert seen["items"] == 0
+    assert seen["alarm"] is None
+    assert seen["known_alarm"] is None
+
+
+def test_alarm_written_after_a_rolled_back_transaction_survives_it(
+    workerd: Runtime, obj: str
+) -> None:
+    # The reason alarm writes go INSIDE the transaction: written right after it, the alarm
+    # is committed on its own even though the SQL it belongs to was rolled back.
+    seen = workerd.probe(obj, "rollback", alarm_in="after")
+    assert seen["items"] == 0
+    assert seen["alarm"] == seen["due"]
+
+
+@pytest.mark.parametrize("alarm_in", ["inside", "after"])
+def test_alarm_commits_with_the_sql_of_one_transaction(
+    workerd: Runtime, obj: str, alarm_in: str
+) -> None:
+    seen = workerd.probe(obj, "commit", alarm_in=alarm_in)
+    assert seen["items"] == 1
+    assert seen["alarm"] == seen["due"]
+    assert seen["known_alarm"] == seen["due"]
+
+
+def test_nested_failure_drops_only_the_inner_writes(workerd: Runtime, obj: str) -> None:
+    seen = workerd.probe(obj, "nested")
+    assert seen["keys"] == ["outer"]
+    assert seen["alarm"] == seen["outer_due"]
+
+
+def test_js_null_is_normalised_to_none(workerd: Runtime, obj: str) -> None:
+    seen = workerd.probe(obj, "nulls")
+    assert seen["raw_is_jsnull"] is True  # what workerd hands Python without the adapter
+    assert seen["row"] == {"n": None, "p": None, "seven": 7}
+    assert seen["types"] == {"n": "NoneType", "p": "NoneType", "seven": "int"}
+    assert seen["alarm"] is None
+
+
+def test_meter_receives_workerd_billed_counters(workerd: Runtime, obj: str) -> None:
+    figures = workerd.probe(obj, "meter")
+    for name, figure in figures.items():
+        assert figure["meter"] == figure["rows"], name
+        assert figure["statements"] == 1, name
+        assert figure["approximate"] is False, name
+    # workerd's own figures: every index an insert or update touches is a row written.
+    assert figures["insert_rowid_table"]["rows"] == [0, 1]
+    assert figures["insert_explicit_rowid"]["rows"] == [1, 1]
+    assert figures["insert_text_key"]["rows"] == [0, 2]  # its implicit primary-key index
+    assert figures["insert_indexed"]["rows"] == [0, 3]  # that index plus one more
+    assert figures["update_plain_column"]["rows"] == [1, 1]
+    assert figures["update_indexed_column"]["rows"] == [1, 2]
+    assert figures["select_by_key"]["rows"] == [1, 0]
+    assert figures["delete_by_key"]["rows"] == [1, 1]
