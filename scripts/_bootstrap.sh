@@ -2,6 +2,7 @@
 # skipped when its inputs have not changed since it last ran:
 #   bootstrap_python       .venv (from the machine's python3) with `-e .[dev]` installed
 #   bootstrap_node         node_modules from package-lock.json (npm ci)
+#   bootstrap_wheels       the Pyodide wheels the workerd runtime bundles (pip download)
 #   bootstrap_bundle ARGS  the local workerd runtime's bundle (scripts/workerd/build.py)
 # Sets ROOT (the project root) and VENV.
 
@@ -40,6 +41,10 @@ bootstrap_node() {
     (cd "$ROOT" && npm ci --no-audit --no-fund --loglevel=error >&2)
     printf '%s\n' "$want" > "$ROOT/node_modules/.threadline-installed"
   fi
+}
+
+bootstrap_wheels() {
+  "$VENV/bin/python" "$ROOT/scripts/workerd/build.py" --wheels-only >/dev/null
 }
 
 bootstrap_bundle() {

@@ -14,6 +14,7 @@ A build is skipped when nothing it reads has changed (a hash stored in the bundl
 
 Usage: python scripts/workerd/build.py [--out DIR] [--overlay DIR] [--main MODULE]
                                        [--durable-object BINDING=Class] [--force]
+       python scripts/workerd/build.py --wheels-only
 """
 
 from __future__ import annotations
@@ -248,8 +249,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--main", help="main module (default: from wrangler.toml)")
     parser.add_argument("--durable-object", action="append", default=[], metavar="BINDING=Class")
     parser.add_argument("--force", action="store_true", help="rebuild even when up to date")
+    parser.add_argument("--wheels-only", action="store_true", help="only fetch the wheels")
     return parser.parse_args(argv)
 
 
 if __name__ == "__main__":
-    print(build(parse()))
+    arguments = parse()
+    if arguments.wheels_only:
+        print(fetch_wheels(ROOT / ".threadline" / "wheels"))
+    else:
+        print(build(arguments))
