@@ -1,0 +1,335 @@
+"""The durable due queue: one ``tl_lanes`` row per maintenance lane.
+
+A lane is a named stream of autonomous work (native Attempts, publication, host lanes, ...)
+that the single alarm multiplexes. The queue, not the alarm slot, is the truth: the slot is
+rewritten from :meth:`DueQueue.next` at every decision point.
+
+Each row carries two fences:
+
+* ``revision`` counts producer enrollments. A maintenance wave remembers the revision it
+  claimed and may only complete the lane if nobody enrolled it since, so work that raced the
+  wave stays due.
+* ``stalls`` counts claims without progress. Each claim pushes ``due_at`` to a crash-fallback
+  deadline (``not_before``, the retry floor); after ``park_after_stalls`` claims the lane is
+  parked, retried at the hourly ceiling and reported once. Only real progress (a strictly newer
+  source cursor, or an explicit progress enrollment) or an idle completion replenishes it.
+
+Every method runs inside the caller's storage transaction, or as one statement of its own.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from threadline.config import RuntimeConfig
+from threadline.errors import SchedulingError
+from threadline.storage.port import Row, Storage
+
+#: Reserved prefix of the lanes the framework owns.
+RESERVED_PREFIX = "threadline:"
+NATIVE = "threadline:native"
+PUBLICATION = "threadline:publication"
+PROJECTION = "threadline:projection"
+MESSAGES = "threadline:messages"
+RECOVERY_EVENTS = "threadline:recovery-events"
+LIFECYCLE = "threadline:lifecycle"
+FRAMEWORK_LANES: frozenset[str] = frozenset(
+    {NATIVE, PUBLICATION, PROJECTION, MESSAGES, RECOVERY_EVENTS, LIFECYCLE}
+)
+#: A parked lane is retried at this ceiling (one hour) until it makes progress.
+PARKED_RETRY_MS = 3_600_000
+
+_HOST_LANE_ID = re.compile(r"[a-z0-9][a-z0-9._:-]{0,63}")
+
+_SELECT = """
+SELECT id, due_at, not_before, revision, stalls, state, reported, cursor
+FROM tl_lanes WHERE id = ?
+"""
+_SELECT_ALL = """
+SELECT id, due_at, not_before, revision, stalls, state, reported, cursor
+FROM tl_lanes ORDER BY id
+"""
+_SELECT_DUE = """
+SELECT id, due_at, not_before, revision, stalls, state, reported, cursor FROM tl_lanes
+WHERE due_at IS NOT NULL AND due_at <= ? ORDER BY due_at, id LIMIT ?
+"""
+_SELECT_NEXT = "SELECT due_at FROM tl_lanes WHERE due_at IS NOT NULL ORDER BY due_at LIMIT 1"
+_SELECT_UNREPORTED = """
+SELECT id, due_at, not_before, revision, stalls, state, reported, cursor
+FROM tl_lanes WHERE state = 'parked' AND reported = 0 ORDER BY id
+"""
+_REGISTER = "INSERT INTO tl_lanes (id) VALUES (?) ON CONFLICT (id) DO NOTHING"
+# Without progress the lane becomes due no later than it already was, and never earlier than
+# its retry floor; a parked lane stays parked.
+_ENROLL = """
+INSERT INTO tl_lanes (id, due_at, state, revision) VALUES (?, ?, 'due', 1)
+ON CONFLICT (id) DO UPDATE SET
+    due_at = CASE WHEN tl_lanes.due_at IS NULL THEN max(excluded.due_at, tl_lanes.not_before)
+        ELSE min(tl_lanes.due_at, max(excluded.due_at, tl_lanes.not_before)) END,
+    state = CASE WHEN tl_lanes.state = 'parked' THEN 'parked' ELSE 'due' END,
+    revision = tl_lanes.revision + 1
+"""
+# Progress is a new fact: the floor, the stall budget and the parked report all reset.
+_ENROLL_PROGRESS = """
+INSERT INTO tl_lanes (id, due_at, state, revision, cursor) VALUES (?, ?, 'due', 1, ?)
+ON CONFLICT (id) DO UPDATE SET
+    due_at = CASE WHEN tl_lanes.due_at IS NULL THEN excluded.due_at
+        ELSE min(tl_lanes.due_at, excluded.due_at) END,
+    state = 'due', not_before = 0, stalls = 0, reported = 0,
+    cursor = max(tl_lanes.cursor, excluded.cursor),
+    revision = tl_lanes.revision + 1
+"""
+_CLAIM = """
+UPDATE tl_lanes SET due_at = ?, not_before = ?, stalls = ?, state = ?, reported = ?
+WHERE id = ? AND revision = ? AND stalls = ? AND due_at IS NOT NULL
+"""
+_COMPLETE_IDLE = """
+UPDATE tl_lanes SET due_at = NULL, not_before = 0, stalls = 0, state = 'idle', reported = 0
+WHERE id = ? AND revision = ?
+"""
+# A parked lane keeps its hourly floor even when its wave names an earlier deadline.
+_COMPLETE_DUE = """
+UPDATE tl_lanes SET
+    due_at = CASE WHEN state = 'parked' THEN max(?, not_before) ELSE ? END,
+    not_before = CASE WHEN state = 'parked' THEN max(?, not_before) ELSE ? END
+WHERE id = ? AND revision = ? AND due_at IS NOT NULL
+"""
+_MARK_REPORTED = """
+UPDATE tl_lanes SET reported = 1 WHERE id = ? AND state = 'parked' AND reported = 0
+"""
+_CHECKPOINT_IDLE = """
+UPDATE tl_lanes SET due_at = NULL, not_before = 0, stalls = 0, state = 'idle', reported = 0
+WHERE id = ?
+"""
+_CHECKPOINT_DUE = """
+UPDATE tl_lanes SET due_at = ?, not_before = 0,
+    state = CASE WHEN state = 'parked' THEN 'parked' ELSE 'due' END
+WHERE id = ?
+"""
+
+
+def validate_host_lane_id(lane_id: str) -> str:
+    """Return ``lane_id`` if an application may use it as a host lane, else raise.
+
+    Host lane ids match ``[a-z0-9][a-z0-9._:-]{0,63}`` and must not start with the reserved
+    ``threadline:`` prefix. Raises :class:`SchedulingError`.
+    """
+    if not isinstance(lane_id, str) or _HOST_LANE_ID.fullmatch(lane_id) is None:
+        raise SchedulingError(f"invalid lane id {lane_id!r}: expected [a-z0-9][a-z0-9._:-]{{0,63}}")
+    if lane_id.startswith(RESERVED_PREFIX):
+        raise SchedulingError(f"lane id {lane_id!r} uses the reserved prefix {RESERVED_PREFIX!r}")
+    return lane_id
+
+
+def validate_lane_id(lane_id: str) -> str:
+    """Return ``lane_id`` if it is a framework lane or a valid host lane id, else raise."""
+    return lane_id if lane_id in FRAMEWORK_LANES else validate_host_lane_id(lane_id)
+
+
+class LaneState(StrEnum):
+    """Scheduling state of a lane, mirrored by the ``tl_lanes.state`` CHECK constraint."""
+
+    IDLE = "idle"
+    DUE = "due"
+    PARKED = "parked"
+
+
+@dataclass(frozen=True, slots=True)
+class Lane:
+    """A snapshot of one ``tl_lanes`` row; the fences of a later claim or completion."""
+
+    id: str
+    due_at: int | None
+    not_before: int
+    revision: int
+    stalls: int
+    state: LaneState
+    reported: bool
+    cursor: int
+
+    @classmethod
+    def from_row(cls, row: Row) -> Lane:
+        """Build a lane from a ``tl_lanes`` row."""
+        due = row["due_at"]
+        return cls(
+            id=str(row["id"]),
+            due_at=None if due is None else int(due),
+            not_before=int(row["not_before"]),
+            revision=int(row["revision"]),
+            stalls=int(row["stalls"]),
+            state=LaneState(row["state"]),
+            reported=bool(row["reported"]),
+            cursor=int(row["cursor"]),
+        )
+
+
+def backoff_ms(stalls: int, config: RuntimeConfig, rng: random.Random) -> int:
+    """The retry delay after ``stalls`` charged attempts without progress.
+
+    ``b = min(cap, base * 2**min(stalls, 30))``; the result is spread uniformly over
+    ``[ceil(b/2), b]`` by ``rng`` so that retries of many objects do not align, and never
+    exceeds the cap.
+    """
+    ceiling = min(
+        config.alarm_backoff_cap_ms, config.alarm_backoff_base_ms << min(max(stalls, 0), 30)
+    )
+    half = ceiling / 2
+    return min(ceiling, max(1, math.ceil(half + half * rng.random())))
+
+
+class DueQueue:
+    """Operations on ``tl_lanes``. Stateless apart from its collaborators: safe to rebuild."""
+
+    def __init__(self, storage: Storage, config: RuntimeConfig, rng: random.Random) -> None:
+        self._storage = storage
+        self._config = config
+        self._rng = rng
+
+    def register(self, lane_id: str) -> None:
+        """Ensure the lane's row exists (idle when new). Registering twice changes nothing."""
+        self._storage.exec(_REGISTER, validate_lane_id(lane_id))
+
+    def get(self, lane_id: str) -> Lane | None:
+        """The lane's current row, or None when it was never registered or enrolled."""
+        row = self._storage.exec(_SELECT, lane_id).first()
+        return None if row is None else Lane.from_row(row)
+
+    def lanes(self) -> list[Lane]:
+        """Every lane, ordered by id (a full read; for reports and tests, not the hot path)."""
+        return [Lane.from_row(row) for row in self._storage.exec(_SELECT_ALL)]
+
+    def enroll(self, lane_id: str, due_at: int, *, progress: bool = False) -> None:
+        """Make the lane due no later than ``due_at`` and bump its revision.
+
+        Without ``progress`` this is a hint or a crash fallback: it never moves the lane
+        earlier than its retry floor and keeps a parked lane parked, so repeating it changes
+        nothing but the revision. With ``progress`` a real new fact replenishes the lane: the
+        floor, the stall budget and the parked report reset.
+        """
+        validate_lane_id(lane_id)
+        if progress:
+            self._storage.exec(_ENROLL_PROGRESS, lane_id, int(due_at), 0)
+        else:
+            self._storage.exec(_ENROLL, lane_id, int(due_at))
+
+    def progress(self, lane_id: str, due_at: int, cursor: int) -> bool:
+        """Enroll the lane for the source fact named by ``cursor``; True when it is progress.
+
+        A strictly newer cursor than the one recorded is progress (see :meth:`enroll`); an
+        equal or older one is a replayed notice and only enrolls without acceleration, so a
+        redelivered hint can never reset the retry budget. Cursors name committed facts (a
+        sequence number), never clocks or attempt counters.
+        """
+        if cursor < 0:
+            raise SchedulingError(f"a progress cursor is >= 0, got {cursor}")
+        current = self.get(lane_id)
+        if cursor > (0 if current is None else current.cursor):
+            validate_lane_id(lane_id)
+            self._storage.exec(_ENROLL_PROGRESS, lane_id, int(due_at), int(cursor))
+            return True
+        self.enroll(lane_id, due_at)
+        return False
+
+    def claim(self, lane: Lane, now: int) -> Lane | None:
+        """Charge one attempt on ``lane`` before running its wave; None when ``lane`` is stale.
+
+        Compare-and-set on the snapshot's ``revision`` and ``stalls``: a producer enrollment or
+        another claim since the snapshot makes this one a no-op, so a duplicate claim never
+        charges twice. The charged lane is due again at the crash-fallback deadline (its new
+        retry floor) in case the object is lost mid-wave; at ``park_after_stalls`` it is parked
+        at the hourly ceiling with ``reported`` cleared, exactly once per parking.
+        """
+        if lane.due_at is None:
+            return None
+        stalls = lane.stalls + 1
+        if stalls >= self._config.park_after_stalls:
+            state = LaneState.PARKED
+            due = now + PARKED_RETRY_MS
+            reported = lane.reported if lane.state is LaneState.PARKED else False
+        else:
+            state = LaneState.DUE
+            due = now + backoff_ms(stalls, self._config, self._rng)
+            reported = False
+        written = self._storage.exec(
+            _CLAIM, due, due, stalls, state.value, int(reported), lane.id, lane.revision,
+            lane.stalls,
+        ).rows_written
+        if written != 1:
+            return None
+        return Lane(lane.id, due, due, lane.revision, stalls, state, reported, lane.cursor)
+
+    def complete(self, lane: Lane, next_due: int | None) -> bool:
+        """Finish the wave that claimed ``lane``; False when a producer enrolled it since.
+
+        Compare-and-set on ``revision``: work that raced the wave keeps its newer revision
+        due, and completing twice changes nothing more. ``next_due=None`` makes the lane idle
+        and replenishes its budget; a deadline keeps it due there (a parked lane never earlier
+        than its hourly floor) without replenishing it.
+        """
+        if next_due is None:
+            return self._storage.exec(_COMPLETE_IDLE, lane.id, lane.revision).rows_written == 1
+        due = int(next_due)
+        written = self._storage.exec(
+            _COMPLETE_DUE, due, due, due, due, lane.id, lane.revision
+        ).rows_written
+        return written == 1
+
+    def checkpoint_native(self, due_at: int | None) -> None:
+        """Set the native lane's deadline as decided by a pass (None: nothing native is due).
+
+        The native lane's retry floor is the generation record's retry, not ``not_before``,
+        so this clears the floor; it does not bump the revision (it is not a producer).
+        """
+        self.register(NATIVE)
+        if due_at is None:
+            self._storage.exec(_CHECKPOINT_IDLE, NATIVE)
+        else:
+            self._storage.exec(_CHECKPOINT_DUE, int(due_at), NATIVE)
+
+    def take_parked_reports(self) -> list[Lane]:
+        """The parked lanes not reported yet, each marked reported so a parking is reported once.
+
+        The mark is a compare-and-set on ``reported = 0``: taking reports twice returns a lane
+        only the first time.
+        """
+        taken: list[Lane] = []
+        for row in self._storage.exec(_SELECT_UNREPORTED):
+            lane = Lane.from_row(row)
+            if self._storage.exec(_MARK_REPORTED, lane.id).rows_written == 1:
+                taken.append(replace(lane, reported=True))
+        return taken
+
+    def next(self) -> int | None:
+        """The earliest ``due_at`` of any lane (already at or after its floor), or None.
+
+        One indexed row read (``tl_lanes_due``).
+        """
+        value = self._storage.exec(_SELECT_NEXT).scalar()
+        return None if value is None else int(value)
+
+    def due(self, now: int, limit: int = 100) -> list[Lane]:
+        """Lanes with ``due_at <= now``, earliest first, at most ``limit`` of them."""
+        return [Lane.from_row(row) for row in self._storage.exec(_SELECT_DUE, now, limit)]
+
+
+__all__ = [
+    "FRAMEWORK_LANES",
+    "LIFECYCLE",
+    "MESSAGES",
+    "NATIVE",
+    "PARKED_RETRY_MS",
+    "PROJECTION",
+    "PUBLICATION",
+    "RECOVERY_EVENTS",
+    "RESERVED_PREFIX",
+    "DueQueue",
+    "Lane",
+    "LaneState",
+    "backoff_ms",
+    "validate_host_lane_id",
+    "validate_lane_id",
+]

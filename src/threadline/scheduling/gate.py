@@ -1,0 +1,286 @@
+"""The mutation gate: every producer of maintenance work goes through it.
+
+The alarm invariant: a committed mutation that creates actionable work commits, in the same
+storage transaction, its source facts, the enrollment of the lanes it feeds, a newer generation
+(when it may create native work) and an alarm no later than ``max(earliest due, now +
+min_delay)``. Eviction between any two statements therefore loses nothing: either none of it
+happened or the alarm will find it.
+
+A producer whose body awaits cannot hold a transaction open, so :meth:`MutationGate.mutation`
+*prearms* first (enrollment, generation and alarm commit before the body runs) and tracks the
+body in memory until it ends; a pass may neither acknowledge the generation nor complete a lane
+enrolled by a mutation still in flight. That tracking is a cache: after eviction the durable
+prearm alone keeps the work due.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from contextvars import ContextVar
+from typing import TypeVar
+
+from threadline.clock import Clock
+from threadline.config import RuntimeConfig
+from threadline.errors import SchedulingError
+from threadline.scheduling import state
+from threadline.scheduling.alarm import AlarmService
+from threadline.scheduling.due_queue import NATIVE, PUBLICATION, DueQueue, validate_lane_id
+from threadline.scheduling.failpoints import Failpoints
+from threadline.storage.port import Storage
+
+T = TypeVar("T")
+
+# The lanes of the mutations enclosing the running code, so that record_progress in a body
+# also covers what its boundary enrolled.
+_current_lanes: ContextVar[frozenset[str]] = ContextVar(
+    "threadline_mutation_lanes", default=frozenset()
+)
+
+
+class MutationGate:
+    """Prearm/acknowledge boundary shared by every producer and the maintenance pass.
+
+    One instance per object incarnation; everything it keeps in memory (active mutations,
+    revision) is rebuilt empty after eviction, which is safe because the durable prearm stays.
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        clock: Clock,
+        config: RuntimeConfig,
+        due_queue: DueQueue,
+        alarm: AlarmService,
+        failpoints: Failpoints,
+    ) -> None:
+        self._storage = storage
+        self._clock = clock
+        self._config = config
+        self._queue = due_queue
+        self._alarm = alarm
+        self._failpoints = failpoints
+        self._active = 0
+        self._lanes: Counter[str] = Counter()
+        self._revision = 0
+        self._waiters: list[asyncio.Future[None]] = []
+
+    # -- producers -------------------------------------------------------------------------
+
+    def mutate(
+        self,
+        fn: Callable[[], T],
+        *,
+        lanes: Iterable[str] = (),
+        invalidates_recovery: bool = True,
+    ) -> T:
+        """Run ``fn`` in one transaction with its enrollment, generation bump and alarm.
+
+        ``invalidates_recovery`` enrolls the native lane and advances ``dirty`` (new native
+        work may exist); ``lanes`` are the other lanes ``fn`` feeds. Their enrollment is not
+        progress: ``fn`` calls :meth:`record_progress` when it commits a real new fact. If
+        ``fn`` raises, nothing of it, the enrollment or the alarm is committed. Inside an open
+        transaction it becomes part of it.
+        """
+        enrolled = self._lane_set(lanes, invalidates_recovery)
+        self._failpoints.hit("maintenance:dirty:before")
+
+        def body() -> T:
+            self._prearm(enrolled, invalidates_recovery)
+            token = _current_lanes.set(_current_lanes.get() | enrolled)
+            try:
+                return fn()
+            finally:
+                _current_lanes.reset(token)
+
+        result = self._storage.transaction(body)
+        self._notify()
+        self._failpoints.hit("maintenance:dirty:after")
+        return result
+
+    @asynccontextmanager
+    async def mutation(
+        self, *, lanes: Iterable[str] = (), invalidates_recovery: bool = True
+    ) -> AsyncIterator[None]:
+        """``async with`` boundary for a producer whose body awaits.
+
+        Prearm commits first (enrollment, generation, alarm); then the body runs, committing
+        its facts in its own transactions (calling :meth:`record_progress` for real new facts);
+        while it is in flight a pass cannot acknowledge the generation or complete its lanes.
+        Raises :class:`SchedulingError` inside an open transaction, because the prearm could not
+        commit before the body.
+        """
+        if self._storage.in_transaction():
+            raise SchedulingError("gate.mutation() must start outside a storage transaction")
+        enrolled = self._lane_set(lanes, invalidates_recovery)
+        await self._failpoints.reached("maintenance:dirty:before")
+        if enrolled:
+            self._storage.transaction(lambda: self._prearm(enrolled, invalidates_recovery))
+        # Counted in the same synchronous step as the commit: a snapshot never sees the
+        # prearm without the mutation that owns it.
+        self._active += 1
+        held = set(enrolled)
+        self._lanes.update(held)
+        token = _current_lanes.set(_current_lanes.get() | enrolled)
+        try:
+            self._notify()
+            await self._failpoints.reached("maintenance:dirty:after")
+            await self._failpoints.reached("maintenance:mutation:armed")
+            yield
+            # The body committed: other lanes may now be completed by a wave, while native
+            # certification keeps waiting until the mutation is fully released.
+            self._release(held, keep=frozenset({NATIVE, PUBLICATION}))
+            self._notify()
+            await self._failpoints.reached("maintenance:mutation:finished")
+        finally:
+            _current_lanes.reset(token)
+            self._release(held)
+            self._active = max(0, self._active - 1)
+            self._notify()
+
+    def schedule(self, lane_id: str, due_at: int, progress_cursor: int | None = None) -> None:
+        """Enroll ``lane_id`` due at ``due_at`` and ensure the alarm, atomically.
+
+        Without a cursor it never accelerates the lane past its retry floor. With one, a
+        strictly newer cursor is progress (replenishing the lane); progress on the native or
+        publication lane also advances the generation. Inside an open transaction it commits
+        with the caller's facts; outside it is its own transaction.
+        """
+        validate_lane_id(lane_id)
+
+        def enroll() -> None:
+            if progress_cursor is None:
+                self._queue.enroll(lane_id, due_at)
+            elif self._queue.progress(lane_id, due_at, progress_cursor) and lane_id in (
+                NATIVE,
+                PUBLICATION,
+            ):
+                # Required publication is progress for the native work that depends on it.
+                if lane_id == PUBLICATION:
+                    self._queue.enroll(NATIVE, due_at, progress=True)
+                state.bump_dirty(self._storage, clear_retry=True)
+            self._alarm.ensure_due(self._clock.now_ms())
+
+        self._storage.transaction(enroll)
+        self._notify()
+
+    def record_progress(self, lanes: Iterable[str]) -> None:
+        """Record that the current source transaction committed a real new fact for ``lanes``.
+
+        Also covers the lanes of the enclosing :meth:`mutate` / :meth:`mutation`. Progress
+        makes the lanes due now and replenishes their retry budget; native progress advances
+        the generation. Raises :class:`SchedulingError` outside a transaction, where the
+        progress could commit without its fact (or the fact without its alarm).
+        """
+        if not self._storage.in_transaction():
+            raise SchedulingError("record_progress() must run inside the source transaction")
+        affected = set(self._lane_set(lanes, False)) | _current_lanes.get()
+        if PUBLICATION in affected:
+            affected.add(NATIVE)
+        if not affected:
+            return
+        now = self._clock.now_ms()
+        for lane_id in sorted(affected):
+            self._queue.enroll(lane_id, now, progress=True)
+        if NATIVE in affected:
+            state.bump_dirty(self._storage, clear_retry=True)
+        self._alarm.ensure_due(now)
+        self._notify()
+
+    def ensure_alarm(self) -> None:
+        """At start-up: make sure dirty native work and enrolled lanes have an alarm.
+
+        A dirty generation whose native lane is idle (a new object, or one evicted before its
+        first pass) gets the native lane enrolled: at the pending retry if there is one, else
+        now. Then the slot is ensured from the queue. Running it again changes nothing.
+        """
+        now = self._clock.now_ms()
+
+        def ensure() -> None:
+            state.ensure_state(self._storage)
+            self._queue.register(NATIVE)
+            current = state.read_state(self._storage)
+            native = self._queue.get(NATIVE)
+            if current.dirty > current.processed and native is not None and native.due_at is None:
+                retry = current.pending_retry
+                self._queue.checkpoint_native(now if retry is None else retry.not_before)
+            self._alarm.ensure_due(now)
+
+        self._failpoints.hit("maintenance:ensure:before")
+        self._storage.transaction(ensure)
+        self._failpoints.hit("maintenance:ensure:after")
+
+    # -- observers for the pass ------------------------------------------------------------
+
+    def active_lanes(self) -> frozenset[str]:
+        """Lanes enrolled by mutations still in flight; a pass must not complete them."""
+        return frozenset(self._lanes)
+
+    @property
+    def active(self) -> int:
+        """How many :meth:`mutation` bodies are in flight."""
+        return self._active
+
+    @property
+    def revision(self) -> int:
+        """In-memory change counter; bumped by every producer commit and mutation release."""
+        return self._revision
+
+    async def await_change(self, revision: int) -> None:
+        """Return once :attr:`revision` differs from ``revision`` (at once if it already does)."""
+        if revision != self._revision:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        await waiter
+
+    @contextmanager
+    def snapshot(self) -> Iterator[int]:
+        """Yield the number of mutations in flight, for a pass's acknowledge/final decision.
+
+        The body should be synchronous (one transaction): nothing can begin or end a mutation
+        until it returns, so the count stays true for the decision it makes.
+        """
+        yield self._active
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _lane_set(self, lanes: Iterable[str], invalidates_recovery: bool) -> frozenset[str]:
+        if isinstance(lanes, str):
+            raise SchedulingError("lanes must be an iterable of lane ids, not one string")
+        chosen = {validate_lane_id(lane) for lane in lanes}
+        if invalidates_recovery:
+            chosen.add(NATIVE)
+        return frozenset(chosen)
+
+    def _prearm(self, enrolled: frozenset[str], invalidates_recovery: bool) -> None:
+        if not enrolled:
+            return
+        now = self._clock.now_ms()
+        # Enrollment is a crash fallback, not evidence that the body committed anything.
+        for lane_id in sorted(enrolled):
+            self._queue.enroll(lane_id, now)
+        if invalidates_recovery:
+            state.bump_dirty(self._storage)
+        self._alarm.ensure_due(now)
+
+    def _release(self, held: set[str], *, keep: frozenset[str] = frozenset()) -> None:
+        for lane_id in list(held):
+            if lane_id in keep:
+                continue
+            self._lanes[lane_id] -= 1
+            if self._lanes[lane_id] <= 0:
+                del self._lanes[lane_id]
+            held.discard(lane_id)
+
+    def _notify(self) -> None:
+        self._revision += 1
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+
+__all__ = ["MutationGate"]

@@ -1,0 +1,237 @@
+"""The generation record: the one ``tl_maintenance`` row.
+
+``dirty`` counts mutations that may create native work; ``processed`` is the newest generation
+a pass certified as handled. ``processed >= dirty`` with no pending native retry and an idle
+native lane means the object is caught up, which a pass learns from this one row. A new object
+starts at ``dirty=1, processed=0`` so its first pass classifies whatever already exists.
+
+Every writer is a single statement, safe inside the caller's transaction; the compare-and-set
+ones say in their docstring why repeating them changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from threadline.errors import SchedulingError
+from threadline.scheduling.due_queue import Lane
+from threadline.storage.port import Storage
+
+#: A native retry's stall count saturates here (the backoff exponent cap).
+MAX_RETRY_STALLS = 30
+
+_SELECT = """
+SELECT dirty, processed, nonterminal, last_served_thread, last_recovered_thread,
+    last_after_native_lane, binding_registry_key, retry_generation, retry_not_before,
+    retry_native_only, retry_stalls, recovery_event_seq, recovery_event_ack
+FROM tl_maintenance WHERE id = 1
+"""
+_ENSURE = """
+INSERT INTO tl_maintenance (id, dirty, processed) VALUES (1, 1, 0) ON CONFLICT DO NOTHING
+"""
+_BUMP_DIRTY = "UPDATE tl_maintenance SET dirty = dirty + 1 WHERE id = 1"
+_BUMP_DIRTY_CLEAR_RETRY = """
+UPDATE tl_maintenance SET dirty = dirty + 1, retry_generation = NULL, retry_not_before = NULL,
+    retry_native_only = NULL, retry_stalls = NULL
+WHERE id = 1
+"""
+_ACKNOWLEDGE = """
+UPDATE tl_maintenance SET processed = ? WHERE id = 1 AND processed < ? AND dirty >= ?
+"""
+_SET_NONTERMINAL = "UPDATE tl_maintenance SET nonterminal = ? WHERE id = 1"
+_SET_RETRY = """
+UPDATE tl_maintenance SET retry_generation = ?, retry_not_before = ?, retry_native_only = ?,
+    retry_stalls = ?
+WHERE id = 1
+"""
+_CLEAR_RETRY = """
+UPDATE tl_maintenance SET retry_generation = NULL, retry_not_before = NULL,
+    retry_native_only = NULL, retry_stalls = NULL
+WHERE id = 1
+"""
+_SET_CURSOR = {
+    "last_served_thread": "UPDATE tl_maintenance SET last_served_thread = ? WHERE id = 1",
+    "last_recovered_thread": "UPDATE tl_maintenance SET last_recovered_thread = ? WHERE id = 1",
+    "last_after_native_lane": "UPDATE tl_maintenance SET last_after_native_lane = ? WHERE id = 1",
+}
+_SET_REGISTRY_KEY = """
+UPDATE tl_maintenance SET binding_registry_key = ?
+WHERE id = 1 AND binding_registry_key IS NOT ?
+"""
+_APPEND_EVENTS = """
+UPDATE tl_maintenance SET recovery_event_seq = recovery_event_seq + ? WHERE id = 1
+"""
+_ACK_EVENT = """
+UPDATE tl_maintenance SET recovery_event_ack = ?
+WHERE id = 1 AND recovery_event_ack = ? AND recovery_event_seq >= ?
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class NativeRetry:
+    """A durable backoff of native work for one generation; a newer generation obsoletes it."""
+
+    generation: int
+    not_before: int
+    native_only: bool
+    stalls: int
+
+
+@dataclass(frozen=True, slots=True)
+class MaintenanceState:
+    """A snapshot of the generation record."""
+
+    dirty: int
+    processed: int
+    nonterminal: int
+    last_served_thread: str | None
+    last_recovered_thread: str | None
+    last_after_native_lane: str | None
+    binding_registry_key: str | None
+    retry: NativeRetry | None
+    recovery_event_seq: int
+    recovery_event_ack: int
+
+    @property
+    def pending_retry(self) -> NativeRetry | None:
+        """The retry if it still applies (it was recorded for the current ``dirty``)."""
+        retry = self.retry
+        return retry if retry is not None and retry.generation == self.dirty else None
+
+    @property
+    def recovery_events_pending(self) -> bool:
+        """True while appended recovery events await acknowledgement."""
+        return self.recovery_event_seq > self.recovery_event_ack
+
+    def caught_up(self, native: Lane | None, now: int) -> bool:
+        """The O(1) check of a pass: nothing native to do at ``now``.
+
+        True when the generation is processed, or a pending retry or the native lane's floor
+        holds native work back, or the native lane is not due.
+        """
+        if self.processed >= self.dirty:
+            return True
+        retry = self.pending_retry
+        if retry is not None and retry.not_before > now:
+            return True
+        return native is None or native.due_at is None or native.not_before > now
+
+
+def ensure_state(storage: Storage) -> None:
+    """Create the record at ``dirty=1, processed=0`` if missing; an existing one is kept."""
+    storage.exec(_ENSURE)
+
+
+def read_state(storage: Storage) -> MaintenanceState:
+    """Read the generation record (one row)."""
+    row = storage.exec(_SELECT).first()
+    if row is None:
+        raise SchedulingError("the generation record is missing; run the migrations first")
+    retry = None
+    if row["retry_generation"] is not None:
+        retry = NativeRetry(
+            generation=int(row["retry_generation"]),
+            not_before=int(row["retry_not_before"]),
+            native_only=bool(row["retry_native_only"]),
+            stalls=int(row["retry_stalls"]),
+        )
+    return MaintenanceState(
+        dirty=int(row["dirty"]),
+        processed=int(row["processed"]),
+        nonterminal=int(row["nonterminal"]),
+        last_served_thread=row["last_served_thread"],
+        last_recovered_thread=row["last_recovered_thread"],
+        last_after_native_lane=row["last_after_native_lane"],
+        binding_registry_key=row["binding_registry_key"],
+        retry=retry,
+        recovery_event_seq=int(row["recovery_event_seq"]),
+        recovery_event_ack=int(row["recovery_event_ack"]),
+    )
+
+
+def bump_dirty(storage: Storage, *, clear_retry: bool = False) -> None:
+    """Advance ``dirty`` for a mutation that may create native work.
+
+    ``clear_retry`` drops the native retry record outright (a newer generation already makes
+    it obsolete; clearing just keeps the row tidy).
+    """
+    storage.exec(_BUMP_DIRTY_CLEAR_RETRY if clear_retry else _BUMP_DIRTY)
+
+
+def acknowledge(storage: Storage, generation: int) -> bool:
+    """Certify ``generation`` as processed; True when ``processed`` moved.
+
+    Compare-and-set: ``processed`` only moves forward and never past ``dirty``, so
+    acknowledging an older or the same generation again changes nothing.
+    """
+    return storage.exec(_ACKNOWLEDGE, generation, generation, generation).rows_written == 1
+
+
+def set_nonterminal(storage: Storage, count: int) -> None:
+    """Record how many submissions the last pass left nonterminal."""
+    storage.exec(_SET_NONTERMINAL, int(count))
+
+
+def set_retry(storage: Storage, retry: NativeRetry) -> None:
+    """Record the native retry (its stall count saturates at :data:`MAX_RETRY_STALLS`)."""
+    stalls = min(MAX_RETRY_STALLS, max(0, retry.stalls))
+    storage.exec(
+        _SET_RETRY, retry.generation, retry.not_before, int(retry.native_only), stalls
+    )
+
+
+def clear_retry(storage: Storage) -> None:
+    """Drop the native retry record."""
+    storage.exec(_CLEAR_RETRY)
+
+
+def set_cursor(storage: Storage, name: str, value: str | None) -> None:
+    """Set a round-robin cursor: ``last_served_thread``, ``last_recovered_thread`` or
+    ``last_after_native_lane``."""
+    statement = _SET_CURSOR.get(name)
+    if statement is None:
+        raise SchedulingError(f"unknown maintenance cursor {name!r}")
+    storage.exec(statement, value)
+
+
+def set_binding_registry_key(storage: Storage, key: str) -> bool:
+    """Record the agent registry key; True only when it changed (the caller then bumps dirty).
+
+    Compare-and-set on the stored key: recording the same key again changes nothing.
+    """
+    return storage.exec(_SET_REGISTRY_KEY, key, key).rows_written == 1
+
+
+def append_recovery_events(storage: Storage, count: int) -> int:
+    """Reserve ``count`` recovery-event sequence numbers; return the last one."""
+    if count < 0:
+        raise SchedulingError("cannot append a negative number of recovery events")
+    storage.exec(_APPEND_EVENTS, count)
+    return read_state(storage).recovery_event_seq
+
+
+def acknowledge_recovery_event(storage: Storage, sequence: int) -> bool:
+    """Acknowledge recovery event ``sequence``; True when it was the next one due.
+
+    Compare-and-set on ``recovery_event_ack = sequence - 1``: events are acknowledged one by
+    one, in order, and acknowledging one twice changes nothing.
+    """
+    return storage.exec(_ACK_EVENT, sequence, sequence - 1, sequence).rows_written == 1
+
+
+__all__ = [
+    "MAX_RETRY_STALLS",
+    "MaintenanceState",
+    "NativeRetry",
+    "acknowledge",
+    "acknowledge_recovery_event",
+    "append_recovery_events",
+    "bump_dirty",
+    "clear_retry",
+    "ensure_state",
+    "read_state",
+    "set_binding_registry_key",
+    "set_cursor",
+    "set_nonterminal",
+    "set_retry",
+]

@@ -1,0 +1,257 @@
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+
+from threadline.clock import ManualClock
+from threadline.config import RuntimeConfig
+from threadline.errors import SchedulingError, StorageError
+from threadline.scheduling import (
+    NATIVE,
+    PARKED_RETRY_MS,
+    DueQueue,
+    Lane,
+    LaneState,
+    backoff_ms,
+    validate_host_lane_id,
+)
+from threadline.storage import SqliteStorage
+
+HOST = "billing.sync"
+
+
+def _lane(queue: DueQueue, lane_id: str = HOST) -> Lane:
+    lane = queue.get(lane_id)
+    assert lane is not None
+    return lane
+
+
+@pytest.mark.parametrize("good", ["a", "0", "billing.sync", "x:y-z_1", "a" * 64])
+def test_host_lane_ids_accepted(good: str) -> None:
+    assert validate_host_lane_id(good) == good
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "A", "-a", ".a", "a" * 65, "a b", "threadline:native", "threadline:mine", "é"]
+)
+def test_host_lane_ids_refused(bad: str) -> None:
+    with pytest.raises(SchedulingError):
+        validate_host_lane_id(bad)
+
+
+def test_register_creates_an_idle_row_once(queue: DueQueue) -> None:
+    assert queue.get(HOST) is None
+    queue.register(HOST)
+    queue.register(HOST)
+    lane = _lane(queue)
+    assert (lane.state, lane.due_at, lane.revision, lane.stalls) == (LaneState.IDLE, None, 0, 0)
+    with pytest.raises(SchedulingError):
+        queue.register("threadline:unknown")
+
+
+def test_enroll_makes_due_no_later_and_bumps_revision(queue: DueQueue) -> None:
+    queue.enroll(HOST, 5_000)
+    assert (_lane(queue).due_at, _lane(queue).revision, _lane(queue).state) == (
+        5_000, 1, LaneState.DUE)
+    queue.enroll(HOST, 9_000)  # later: keeps the earlier deadline
+    assert (_lane(queue).due_at, _lane(queue).revision) == (5_000, 2)
+    queue.enroll(HOST, 3_000)
+    assert _lane(queue).due_at == 3_000
+
+
+def test_enroll_without_progress_never_passes_the_retry_floor(
+    queue: DueQueue, clock: ManualClock
+) -> None:
+    now = clock.now_ms()
+    queue.enroll(HOST, now)
+    charged = queue.claim(_lane(queue), now)
+    assert charged is not None and charged.due_at is not None
+    floor = charged.not_before
+    assert floor == charged.due_at > now
+    queue.enroll(HOST, now)
+    assert _lane(queue).due_at == floor
+    assert _lane(queue).stalls == 1
+    queue.enroll(HOST, now, progress=True)
+    lane = _lane(queue)
+    assert (lane.due_at, lane.not_before, lane.stalls) == (now, 0, 0)
+
+
+def test_stale_claim_returns_none(queue: DueQueue, clock: ManualClock) -> None:
+    now = clock.now_ms()
+    queue.enroll(HOST, now)
+    snapshot = _lane(queue)
+    queue.enroll(HOST, now)  # a producer raced the snapshot
+    assert queue.claim(snapshot, now) is None
+    fresh = _lane(queue)
+    assert queue.claim(fresh, now) is not None
+    assert queue.claim(fresh, now) is None  # the same snapshot never charges twice
+    assert _lane(queue).stalls == 1
+
+
+def test_claim_of_an_idle_lane_returns_none(queue: DueQueue, clock: ManualClock) -> None:
+    queue.register(HOST)
+    assert queue.claim(_lane(queue), clock.now_ms()) is None
+
+
+def test_claim_charges_and_moves_to_the_crash_fallback(
+    queue: DueQueue, clock: ManualClock, config: RuntimeConfig
+) -> None:
+    now = clock.now_ms()
+    queue.enroll(HOST, now)
+    charged = queue.claim(_lane(queue), now)
+    assert charged is not None
+    assert charged == _lane(queue)
+    assert charged.stalls == 1
+    assert now + 1_000 <= charged.due_at <= now + 2_000  # backoff(1) = base*2, jittered
+
+
+def test_producer_during_a_wave_stays_due_after_complete(
+    queue: DueQueue, clock: ManualClock
+) -> None:
+    now = clock.now_ms()
+    queue.enroll(HOST, now)
+    charged = queue.claim(_lane(queue), now)
+    assert charged is not None
+    queue.enroll(HOST, now, progress=True)  # new work while the wave runs
+    assert not queue.complete(charged, None)
+    lane = _lane(queue)
+    assert lane.state is LaneState.DUE and lane.due_at == now
+    assert lane.revision == charged.revision + 1
+    # The next wave sees the newer revision and may complete it.
+    again = queue.claim(lane, now)
+    assert again is not None and queue.complete(again, None)
+    assert _lane(queue).state is LaneState.IDLE
+
+
+def test_idle_completion_replenishes_the_budget(queue: DueQueue, clock: ManualClock) -> None:
+    now = clock.now_ms()
+    queue.enroll(HOST, now)
+    charged = queue.claim(_lane(queue), now)
+    assert charged is not None and queue.complete(charged, None)
+    lane = _lane(queue)
+    assert (lane.state, lane.due_at, lane.stalls, lane.not_before) == (LaneState.IDLE, None, 0, 0)
+    assert queue.complete(charged, None)  # same revision: idempotent, still idle
+    assert _lane(queue) == lane
+
+
+def test_due_completion_keeps_the_budget(queue: DueQueue, clock: ManualClock) -> None:
+    now = clock.now_ms()
+    queue.enroll(HOST, now)
+    charged = queue.claim(_lane(queue), now)
+    assert charged is not None and queue.complete(charged, now + 10)
+    lane = _lane(queue)
+    assert (lane.state, lane.due_at, lane.stalls, lane.not_before) == (
+        LaneState.DUE, now + 10, 1, now + 10)
+
+
+def test_parks_after_n_stalls_retries_hourly_and_reports_once(
+    queue: DueQueue, clock: ManualClock, config: RuntimeConfig
+) -> None:
+    queue.enroll(HOST, clock.now_ms())
+    for stall in range(1, config.park_after_stalls + 1):
+        now = clock.now_ms()
+        lane = _lane(queue)
+        charged = queue.claim(lane, now)
+        assert charged is not None and charged.stalls == stall
+        assert queue.complete(charged, now + backoff_ms(stall, config, random.Random(1)))
+        clock.set(_lane(queue).due_at or 0)
+    parked = _lane(queue)
+    assert parked.state is LaneState.PARKED
+    parked_at = parked.due_at
+    assert parked_at is not None and parked.not_before == parked_at
+    assert queue.take_parked_reports() == [replace(parked, reported=True)]
+    assert queue.take_parked_reports() == []
+    # A hint does not accelerate a parked lane, nor does a failed wave's short backoff.
+    queue.enroll(HOST, clock.now_ms())
+    assert _lane(queue).due_at == parked_at
+    clock.set(parked_at)
+    charged = queue.claim(_lane(queue), clock.now_ms())
+    assert charged is not None and charged.state is LaneState.PARKED
+    assert charged.due_at == clock.now_ms() + PARKED_RETRY_MS
+    assert queue.complete(charged, clock.now_ms() + 5)
+    assert _lane(queue).due_at == clock.now_ms() + PARKED_RETRY_MS
+    assert queue.take_parked_reports() == []  # still the same parking: not reported again
+    # Progress unparks and replenishes; parking again is reported again.
+    queue.enroll(HOST, clock.now_ms(), progress=True)
+    lane = _lane(queue)
+    assert (lane.state, lane.stalls, lane.reported) == (LaneState.DUE, 0, False)
+
+
+def test_progress_resets_budget_but_a_replayed_cursor_does_not_accelerate(
+    queue: DueQueue, clock: ManualClock
+) -> None:
+    now = clock.now_ms()
+    assert queue.progress(HOST, now, 5)
+    charged = queue.claim(_lane(queue), now)
+    assert charged is not None and charged.stalls == 1
+    floor = charged.due_at
+    for replay in (5, 4, 0):
+        assert not queue.progress(HOST, now, replay)
+        lane = _lane(queue)
+        assert (lane.due_at, lane.stalls, lane.cursor) == (floor, 1, 5)
+    assert queue.progress(HOST, now, 6)
+    lane = _lane(queue)
+    assert (lane.due_at, lane.stalls, lane.not_before, lane.cursor) == (now, 0, 0, 6)
+    with pytest.raises(SchedulingError):
+        queue.progress(HOST, now, -1)
+
+
+def test_next_and_due(queue: DueQueue) -> None:
+    assert queue.next() is None
+    queue.enroll("b", 30)
+    queue.enroll("a", 20)
+    queue.register("c")
+    queue.enroll(NATIVE, 40)
+    assert queue.next() == 20
+    assert [lane.id for lane in queue.due(30, 10)] == ["a", "b"]
+    assert [lane.id for lane in queue.due(100, 1)] == ["a"]
+
+
+def test_checkpoint_native(queue: DueQueue) -> None:
+    queue.checkpoint_native(50)
+    native = _lane(queue, NATIVE)
+    assert (native.state, native.due_at, native.revision) == (LaneState.DUE, 50, 0)
+    queue.checkpoint_native(None)
+    assert _lane(queue, NATIVE).state is LaneState.IDLE
+
+
+def test_next_is_one_indexed_row_read(clock: ManualClock, config: RuntimeConfig) -> None:
+    from threadline.storage import migrate
+
+    storage = SqliteStorage(":memory:", count_vm_steps=True)
+    migrate(storage)
+    queue = DueQueue(storage, config, random.Random(0))
+
+    def fill() -> None:
+        for index in range(2_000):
+            queue.enroll(f"lane-{index:05d}", 10_000 + index)
+            if index % 2:
+                queue.register(f"idle-{index:05d}")
+
+    storage.transaction(fill)
+    before, steps = storage.meter.reading(), storage.vm_steps
+    assert queue.next() == 10_000
+    cost = storage.meter.reading() - before
+    assert (cost.statements, cost.rows_read, cost.rows_written) == (1, 1, 0)
+    assert storage.vm_steps - steps < 64 * 4  # does not grow with the 3,000 rows
+    plan = storage.exec("EXPLAIN QUERY PLAN " + "SELECT due_at FROM tl_lanes WHERE due_at IS "
+                        "NOT NULL ORDER BY due_at LIMIT 1").rows
+    assert any("tl_lanes_due" in str(row["detail"]) for row in plan)
+
+
+def test_check_constraint_guards_state(storage: SqliteStorage) -> None:
+    with pytest.raises(StorageError):
+        storage.exec("INSERT INTO tl_lanes (id, due_at, state) VALUES ('x', 5, 'idle')")
+
+
+def test_backoff_bounds() -> None:
+    config = RuntimeConfig(alarm_backoff_base_ms=1_000, alarm_backoff_cap_ms=300_000)
+    rng = random.Random(3)
+    for stalls in range(0, 40):
+        ceiling = min(300_000, 1_000 * 2 ** min(stalls, 30))
+        for _ in range(20):
+            delay = backoff_ms(stalls, config, rng)
+            assert -(-ceiling // 2) <= delay <= ceiling
+    assert backoff_ms(100, config, rng) <= 300_000

@@ -1,0 +1,207 @@
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from sched_support import run_async
+
+from threadline.clock import ManualClock
+from threadline.errors import Evicted, SchedulingError
+from threadline.scheduling import NATIVE, PUBLICATION, LaneState, Scheduler, read_state
+from threadline.storage import SqliteStorage
+
+HOST = "outbox.push"
+
+
+def _facts(storage: SqliteStorage) -> int:
+    storage.exec("CREATE TABLE IF NOT EXISTS facts (v INTEGER)")
+    return int(storage.exec("SELECT count(*) FROM facts").scalar())
+
+
+def test_mutate_commits_facts_enrollment_generation_and_alarm_together(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock
+) -> None:
+    _facts(storage)
+    now = clock.now_ms()
+    before = read_state(storage).dirty
+    result = sched.gate.mutate(
+        lambda: storage.exec("INSERT INTO facts VALUES (1)").rows_written, lanes=[HOST]
+    )
+    assert result == 1
+    assert _facts(storage) == 1
+    assert read_state(storage).dirty == before + 1
+    for lane_id in (NATIVE, HOST):
+        lane = sched.due_queue.get(lane_id)
+        assert lane is not None and lane.state is LaneState.DUE and lane.due_at == now
+    assert storage.known_alarm() == now + sched.config.min_alarm_delay_ms
+
+
+def test_mutate_failure_commits_nothing(sched: Scheduler, storage: SqliteStorage) -> None:
+    _facts(storage)
+    storage.set_alarm(123)
+    before = read_state(storage)
+
+    def body() -> None:
+        storage.exec("INSERT INTO facts VALUES (1)")
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        sched.gate.mutate(body, lanes=[HOST])
+    assert _facts(storage) == 0
+    assert read_state(storage) == before
+    assert sched.due_queue.get(HOST) is None
+    assert storage.known_alarm() == 123
+
+
+def test_mutate_keeps_an_earlier_alarm(sched: Scheduler, storage: SqliteStorage) -> None:
+    storage.set_alarm(5)
+    sched.gate.mutate(lambda: None)
+    assert storage.known_alarm() == 5
+
+
+def test_mutate_without_lanes_or_recovery_writes_no_scheduling_state(
+    sched: Scheduler, storage: SqliteStorage
+) -> None:
+    before = storage.meter.reading()
+    sched.gate.mutate(lambda: None, invalidates_recovery=False)
+    cost = storage.meter.reading() - before
+    assert (cost.rows_written, cost.alarm_writes) == (0, 0)
+    assert storage.known_alarm() is None
+
+
+def test_record_progress_requires_the_source_transaction(sched: Scheduler) -> None:
+    with pytest.raises(SchedulingError):
+        sched.gate.record_progress([HOST])
+
+
+def test_record_progress_inside_mutate_replenishes_its_lanes(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock
+) -> None:
+    now = clock.now_ms()
+    sched.due_queue.enroll(HOST, now)
+    charged = sched.due_queue.claim(sched.due_queue.get(HOST), now)  # type: ignore[arg-type]
+    assert charged is not None and charged.stalls == 1
+    sched.gate.mutate(lambda: sched.gate.record_progress([]), lanes=[HOST],
+                      invalidates_recovery=False)
+    lane = sched.due_queue.get(HOST)
+    assert lane is not None and (lane.stalls, lane.due_at, lane.not_before) == (0, now, 0)
+
+
+def test_record_progress_on_publication_dirties_native(
+    sched: Scheduler, storage: SqliteStorage
+) -> None:
+    before = read_state(storage).dirty
+    storage.transaction(lambda: sched.gate.record_progress([PUBLICATION]))
+    assert read_state(storage).dirty == before + 1
+    native = sched.due_queue.get(NATIVE)
+    assert native is not None and native.state is LaneState.DUE
+
+
+def test_schedule_outside_and_inside_a_transaction(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock
+) -> None:
+    now = clock.now_ms()
+    sched.gate.schedule(HOST, now + 60_000)
+    assert storage.known_alarm() == now + 60_000
+    storage.transaction(lambda: sched.gate.schedule("timer", now + 10_000))
+    assert storage.known_alarm() == now + 10_000
+
+    def rolled_back() -> None:
+        sched.gate.schedule("other", now + 5_000)
+        raise RuntimeError
+
+    with pytest.raises(RuntimeError):
+        storage.transaction(rolled_back)
+    assert storage.known_alarm() == now + 10_000
+    assert sched.due_queue.get("other") is None
+
+
+def test_schedule_native_progress_bumps_generation(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock
+) -> None:
+    before = read_state(storage).dirty
+    sched.gate.schedule(NATIVE, clock.now_ms(), progress_cursor=3)
+    sched.gate.schedule(NATIVE, clock.now_ms(), progress_cursor=3)  # replayed: no bump
+    assert read_state(storage).dirty == before + 1
+
+
+@run_async
+async def test_mutation_prearms_before_the_body_and_tracks_it(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock
+) -> None:
+    seen: list[object] = []
+    async with sched.gate.mutation(lanes=[HOST]):
+        seen.append(storage.known_alarm())
+        seen.append(sched.gate.active_lanes())
+        with sched.gate.snapshot() as active:
+            seen.append(active)
+        await asyncio.sleep(0)
+    assert seen == [clock.now_ms() + sched.config.min_alarm_delay_ms,
+                    frozenset({NATIVE, HOST}), 1]
+    assert sched.gate.active_lanes() == frozenset()
+    with sched.gate.snapshot() as active:
+        assert active == 0
+
+
+@run_async
+async def test_mutation_refused_inside_a_transaction(sched: Scheduler,
+                                                     storage: SqliteStorage) -> None:
+    cm = sched.gate.mutation()
+
+    def inside() -> None:
+        coro = cm.__aenter__()
+        try:
+            coro.send(None)
+        finally:
+            coro.close()
+
+    with pytest.raises(SchedulingError):
+        storage.transaction(inside)
+
+
+@run_async
+async def test_failed_mutation_body_leaves_the_prearm_due(
+    sched: Scheduler, storage: SqliteStorage
+) -> None:
+    with pytest.raises(RuntimeError):
+        async with sched.gate.mutation(lanes=[HOST], invalidates_recovery=False):
+            raise RuntimeError("body failed")
+    lane = sched.due_queue.get(HOST)
+    assert lane is not None and lane.state is LaneState.DUE
+    assert storage.known_alarm() is not None
+    assert sched.gate.active == 0 and sched.gate.active_lanes() == frozenset()
+
+
+@run_async
+async def test_await_change_wakes_on_a_commit(sched: Scheduler) -> None:
+    rev = sched.gate.revision
+    waiter = asyncio.create_task(sched.gate.await_change(rev))
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    sched.gate.schedule(HOST, 1)
+    await asyncio.wait_for(waiter, 1)
+    await sched.gate.await_change(rev)  # already changed: returns at once
+
+
+@run_async
+async def test_eviction_at_dirty_after_keeps_prearm(sched: Scheduler,
+                                                    storage: SqliteStorage) -> None:
+    sched.failpoints.evict_at("maintenance:dirty:after")
+    with pytest.raises(Evicted):
+        async with sched.gate.mutation(lanes=[HOST]):
+            raise AssertionError("body must not run")
+    assert sched.due_queue.get(HOST) is not None
+    assert storage.known_alarm() is not None
+
+
+def test_ensure_alarm_covers_a_dirty_new_object(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock
+) -> None:
+    state = read_state(storage)
+    assert (state.dirty, state.processed) == (1, 0)
+    sched.gate.ensure_alarm()
+    native = sched.due_queue.get(NATIVE)
+    assert native is not None and native.due_at == clock.now_ms()
+    assert storage.known_alarm() == clock.now_ms() + sched.config.min_alarm_delay_ms
+    sched.gate.ensure_alarm()
+    assert storage.known_alarm() == clock.now_ms() + sched.config.min_alarm_delay_ms
