@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+from threadline.clock import ManualClock
+from threadline.scheduling import AlarmDecision, Scheduler
+from threadline.storage import SqliteStorage
+
+HOST = "mail.send"
+
+
+def test_scheduled_schedule_at_and_cancel(sched: Scheduler, storage: SqliteStorage) -> None:
+    assert sched.alarm.scheduled() is None
+    sched.alarm.schedule_at(500)
+    assert sched.alarm.scheduled() == 500
+    sched.alarm.schedule_at(900)  # replaces, even later
+    assert sched.alarm.scheduled() == 900
+    sched.alarm.cancel()
+    assert sched.alarm.scheduled() is None
+
+
+def test_ensure_by_keeps_the_earlier(sched: Scheduler) -> None:
+    sched.alarm.ensure_by(1_000)
+    sched.alarm.ensure_by(2_000)
+    assert sched.alarm.scheduled() == 1_000
+    sched.alarm.ensure_by(400)
+    assert sched.alarm.scheduled() == 400
+
+
+def test_ensure_due_applies_the_minimum_delay(sched: Scheduler, clock: ManualClock) -> None:
+    now = clock.now_ms()
+    assert sched.alarm.ensure_due(now) is None
+    assert sched.alarm.scheduled() is None
+    sched.due_queue.enroll(HOST, now - 50)
+    assert sched.alarm.ensure_due(now) == now + sched.config.min_alarm_delay_ms
+    assert sched.alarm.scheduled() == now + sched.config.min_alarm_delay_ms
+
+
+def test_decide_rearms_or_clears(sched: Scheduler, clock: ManualClock) -> None:
+    now = clock.now_ms()
+    sched.alarm.schedule_at(now + 1)
+    assert sched.alarm.decide() is AlarmDecision.CLEARED
+    assert sched.alarm.scheduled() is None
+    sched.due_queue.enroll(HOST, now + 90_000)
+    assert sched.alarm.decide() is AlarmDecision.REARMED
+    assert sched.alarm.scheduled() == now + 90_000  # later than before: the truth
+
+
+def test_schedule_now_arms_when_no_pass_runs(sched: Scheduler, clock: ManualClock) -> None:
+    sched.alarm.schedule_now()
+    assert sched.alarm.scheduled() is None  # nothing due: nothing to wake for
+    sched.due_queue.enroll(HOST, clock.now_ms() - 10)
+    sched.alarm.schedule_now()
+    assert sched.alarm.scheduled() == clock.now_ms()
+
+
+def test_schedule_now_during_a_pass_writes_nothing_and_the_final_decision_covers_it(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock
+) -> None:
+    storage.take_due_alarm(clock.now_ms())  # the platform emptied the slot to run the pass
+    with sched.alarm.wakes_deferred():
+        assert sched.alarm.passes_running == 1
+        # A producer commits new work mid-pass and asks for an immediate wake.
+        before = storage.meter.reading()
+        sched.due_queue.enroll(HOST, clock.now_ms())
+        enrolled = storage.meter.reading()
+        sched.alarm.schedule_now()
+        cost = storage.meter.reading() - enrolled
+        assert (cost.statements, cost.alarm_writes) == (0, 0)
+        assert sched.alarm.scheduled() is None
+        assert (enrolled - before).rows_written == 1
+        # The pass ends with its explicit decision, which observes the durable queue.
+        assert sched.alarm.decide() is AlarmDecision.REARMED
+    assert sched.alarm.passes_running == 0
+    assert sched.alarm.scheduled() == clock.now_ms() + sched.config.min_alarm_delay_ms
+
+
+def test_wakes_deferred_unwinds_on_error(sched: Scheduler) -> None:
+    try:
+        with sched.alarm.wakes_deferred():
+            raise RuntimeError
+    except RuntimeError:
+        pass
+    assert sched.alarm.passes_running == 0
