@@ -1,7 +1,7 @@
 // Serves a bundle built by build.py in real workerd, through miniflare's API.
 //
 //   node scripts/workerd/serve.mjs --bundle DIR [--host H] [--port N] [--persist DIR | --memory]
-//                                  [--env-file FILE] [--var KEY=VALUE ...]
+//                                  [--vars-file FILE] [--var KEY=VALUE ...]
 //
 // Prints `ready <url>` on stdout once requests are served (port 0 picks a free port).
 // Stops workerd cleanly on SIGINT/SIGTERM or when stdin closes with --exit-on-stdin-close.
@@ -17,7 +17,7 @@ const { values: args } = parseArgs({
     port: { type: "string", default: "8787" },
     persist: { type: "string" },
     memory: { type: "boolean", default: false },
-    "env-file": { type: "string" },
+    "vars-file": { type: "string" },
     var: { type: "string", multiple: true, default: [] },
     "exit-on-stdin-close": { type: "boolean", default: false },
   },
@@ -51,8 +51,8 @@ function parseDevVars(text) {
 const bundleDir = resolve(args.bundle);
 const manifest = JSON.parse(readFileSync(resolve(bundleDir, "bundle.json"), "utf8"));
 const bindings = { ...manifest.vars };
-if (args["env-file"] && existsSync(args["env-file"])) {
-  Object.assign(bindings, parseDevVars(readFileSync(args["env-file"], "utf8")));
+if (args["vars-file"] && existsSync(args["vars-file"])) {
+  Object.assign(bindings, parseDevVars(readFileSync(args["vars-file"], "utf8")));
 }
 for (const item of args.var) {
   const eq = item.indexOf("=");
