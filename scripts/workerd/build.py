@@ -58,6 +58,11 @@ ENTRYPOINT_CLASS = "Default"
 STAMP = ".stamp"
 
 
+def shown(path: Path) -> str:
+    """A path as the logs show it: relative to the project when inside it."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def log(message: str) -> None:
     print(f"[bundle] {message}", file=sys.stderr, flush=True)
 
@@ -198,12 +203,12 @@ def build(args: argparse.Namespace) -> Path:
     ]
     stamp = digest(inputs, json.dumps([main, objects, [str(p) for p in overlays]]))
     if not args.force and (out / STAMP).exists() and (out / STAMP).read_text() == stamp:
-        log(f"up to date: {out}")
+        log(f"up to date: {shown(out)}")
         return out
 
     started = time.monotonic()
     wheels = fetch_wheels(ROOT / ".threadline" / "wheels")
-    log(f"building {out} ...")
+    log(f"building {shown(out)} ...")
     out.parent.mkdir(parents=True, exist_ok=True)
     # A private staging folder, swapped in at the end: concurrent builds never see half a bundle.
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
