@@ -125,6 +125,16 @@ async function boot(env) {
   return bridge;
 }
 
+/** Calls a Python handler; a Python exception is logged (with its traceback) and rethrown. */
+async function invoke(bridge, instance, label, method, args) {
+  try {
+    return await bridge.call(instance, method, ...args);
+  } catch (error) {
+    console.error(`${label}.${method} raised: ${error?.message ?? error}`);
+    throw error;
+  }
+}
+
 /** A workerd entrypoint class (e.g. the default export) backed by a Python class. */
 export function makeEntrypoint(className) {
   return class extends WorkerEntrypoint {
@@ -132,7 +142,7 @@ export function makeEntrypoint(className) {
       const bridge = await getBridge(this.env);
       const instance = bridge.construct(className, this.ctx, this.env);
       try {
-        return await bridge.call(instance, "fetch", request);
+        return await invoke(bridge, instance, className, "fetch", [request]);
       } finally {
         instance.destroy();
       }
@@ -154,12 +164,12 @@ export function makeDurableObject(className) {
 
     async fetch(request) {
       const instance = await this.instance;
-      return await this.bridge.call(instance, "fetch", request);
+      return await invoke(this.bridge, instance, className, "fetch", [request]);
     }
 
     async alarm(alarmInfo) {
       const instance = await this.instance;
-      return await this.bridge.call(instance, "alarm", alarmInfo);
+      return await invoke(this.bridge, instance, className, "alarm", [alarmInfo]);
     }
   };
 }
