@@ -1,0 +1,95 @@
+"""The agent registry: which agent functions this deployment can run, by name and version.
+
+A submission names its agent. When this deployment registers no agent of that name the runtime
+raises :class:`~threadline.errors.BindingUnavailable` before claiming anything, so the submission
+stays exactly as admitted and runs once a deployment registers the agent. The
+:func:`binding_registry_key` lets the maintenance pass notice such a deployment: it changes
+exactly when the set of registered names and versions does.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from threadline.errors import BindingUnavailable
+from threadline.threads.model import digest
+
+if TYPE_CHECKING:
+    from threadline.threads.turn import Turn
+
+#: An agent: an async function of a Turn returning a JSON value.
+AgentFn = Callable[["Turn"], Awaitable[Any]]
+
+_NAME = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+_VERSION = re.compile(r"[A-Za-z0-9._+-]{1,64}")
+
+
+@dataclass(frozen=True, slots=True)
+class AgentBinding:
+    """One registered agent."""
+
+    name: str
+    version: str
+    fn: AgentFn
+
+
+class AgentRegistry:
+    """Agents by name. Registration happens at import time; lookups happen per Attempt."""
+
+    def __init__(self) -> None:
+        self._bindings: dict[str, AgentBinding] = {}
+
+    def register(self, name: str, fn: AgentFn, *, version: str = "1") -> AgentBinding:
+        """Register ``fn`` as the agent ``name``; a second registration of a name is an error."""
+        if _NAME.fullmatch(name) is None:
+            raise ValueError(f"agent name {name!r} must match [A-Za-z0-9._:-]{{1,128}}")
+        if _VERSION.fullmatch(version) is None:
+            raise ValueError(f"agent version {version!r} must match [A-Za-z0-9._+-]{{1,64}}")
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError(f"agent {name!r} must be an async function taking a Turn")
+        if name in self._bindings:
+            raise ValueError(f"agent {name!r} is already registered")
+        binding = AgentBinding(name, version, fn)
+        self._bindings[name] = binding
+        return binding
+
+    def resolve(self, name: str) -> AgentBinding:
+        """The binding for ``name``; raises :class:`BindingUnavailable` when there is none."""
+        binding = self._bindings.get(name)
+        if binding is None:
+            raise BindingUnavailable(name)
+        return binding
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._bindings
+
+    def __iter__(self) -> Iterator[AgentBinding]:
+        return iter(sorted(self._bindings.values(), key=lambda binding: binding.name))
+
+    def __len__(self) -> int:
+        return len(self._bindings)
+
+    @property
+    def key(self) -> str:
+        """See :func:`binding_registry_key`."""
+        return binding_registry_key(self)
+
+
+def binding_registry_key(registry: AgentRegistry) -> str:
+    """A stable hash of the registered agent names and versions.
+
+    Independent of registration order and of the functions' identities, so the same deployment
+    gives the same key after every eviction, and only adding, removing or re-versioning an agent
+    changes it.
+    """
+    parts: list[str] = ["threadline-agents:v1"]
+    for binding in registry:
+        parts.extend((binding.name, binding.version))
+    return digest(*parts)
+
+
+__all__ = ["AgentBinding", "AgentFn", "AgentRegistry", "binding_registry_key"]

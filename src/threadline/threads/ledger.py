@@ -1,0 +1,337 @@
+"""The submission ledger: admission, control-only scans, and operator decisions.
+
+Every write goes through the mutation gate, so the source facts, the lane enrollment and the
+alarm commit together (the alarm invariant). Reads that the maintenance pass makes on every
+actionable event (:meth:`Ledger.scan_nonterminal`, :meth:`Ledger.read_abort_intent`) touch
+control columns only: they never decode inputs, results or the journal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from threadline.clock import Clock
+from threadline.config import RuntimeConfig
+from threadline.errors import Conflict, NotFound, PayloadTooLarge, ValidationFailed
+from threadline.ids import IdSource
+from threadline.storage.port import Row, Storage
+from threadline.threads import journal, transitions, waits
+from threadline.threads.model import (
+    AbortState,
+    Admission,
+    ApprovalDecision,
+    JsonValue,
+    Outcome,
+    Resolution,
+    StepState,
+    Submission,
+    SubmissionState,
+    WaitKind,
+    WaitState,
+    WorkItem,
+    check_id,
+    digest,
+    encode_json,
+)
+from threadline.threads.ports import NATIVE, PUBLICATION, MutationGate
+
+# Both scans name exactly the predicate of the partial index tl_submissions_open, so their
+# cost follows open work, however much settled history the object holds.
+_SCAN_OPEN = (
+    "SELECT id, thread_id, seq, agent, state, revision, attempts, not_before, lease_expires_at"
+    " FROM tl_submissions WHERE state <> 'settled' ORDER BY thread_id, seq"
+)
+_THREAD_OPEN = (
+    "SELECT id, thread_id, seq, agent, state, revision, attempts, not_before, lease_expires_at"
+    " FROM tl_submissions WHERE state <> 'settled' AND thread_id = ? ORDER BY seq"
+)
+_BY_ID = "SELECT * FROM tl_submissions WHERE id = ?"
+_BY_KEY = "SELECT * FROM tl_submissions WHERE thread_id = ? AND idempotency_key = ?"
+_NEXT_SEQ = (
+    "INSERT INTO tl_threads (id, next_seq, created_at, updated_at) VALUES (?, 2, ?, ?)"
+    " ON CONFLICT (id) DO UPDATE SET next_seq = next_seq + 1, updated_at = excluded.updated_at"
+    " RETURNING next_seq - 1 AS seq"
+)
+_INSERT = (
+    "INSERT INTO tl_submissions (id, thread_id, seq, agent, idempotency_key, input_json,"
+    " input_digest, state, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?)"
+)
+_READ_INTENT = (
+    "SELECT submission_id, state, reason, requested_at, applied_at FROM tl_abort_intents"
+    " WHERE submission_id = ?"
+)
+_ACCEPT_INTENT = (
+    "INSERT INTO tl_abort_intents (submission_id, state, reason, requested_at)"
+    " VALUES (?, 'accepted', ?, ?) ON CONFLICT (submission_id) DO NOTHING"
+)
+
+#: Open states an abort settles at once: no Attempt is running that must observe it first.
+_ABORT_AT_ONCE = frozenset(
+    {
+        SubmissionState.QUEUED,
+        SubmissionState.READY,
+        SubmissionState.SUSPENDED,
+        SubmissionState.UNKNOWN,
+        SubmissionState.JOINED,
+        SubmissionState.TERMINALIZING,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AbortIntent:
+    """A durable request to abort a submission."""
+
+    submission_id: str
+    state: AbortState
+    reason: str | None
+    requested_at: int
+    applied_at: int | None
+
+
+def work_item(row: Row) -> WorkItem:
+    """Decode the control columns of a submission row."""
+    return WorkItem(
+        submission_id=row["id"],
+        thread_id=row["thread_id"],
+        seq=int(row["seq"]),
+        agent=row["agent"],
+        state=SubmissionState(row["state"]),
+        revision=int(row["revision"]),
+        attempts=int(row["attempts"]),
+        not_before=row["not_before"],
+        lease_expires_at=row["lease_expires_at"],
+    )
+
+
+class Ledger:
+    """The submissions of one object, and every mutation an outside caller may make to them."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        gate: MutationGate,
+        *,
+        clock: Clock,
+        ids: IdSource,
+        config: RuntimeConfig,
+    ) -> None:
+        self.storage = storage
+        self.gate = gate
+        self.clock = clock
+        self.ids = ids
+        self.config = config
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def get(self, submission_id: str) -> Submission:
+        """The submission, decoded; :class:`NotFound` when there is none."""
+        row = self.storage.exec(_BY_ID, submission_id).first()
+        if row is None:
+            raise NotFound(f"no submission {submission_id!r}", field="submission")
+        return Submission.from_row(row)
+
+    def scan_nonterminal(self) -> list[WorkItem]:
+        """Every open submission, ordered by (thread, seq), read through the open-work index."""
+        return [work_item(row) for row in self.storage.exec(_SCAN_OPEN)]
+
+    def thread_open(self, thread_id: str) -> list[WorkItem]:
+        """The open submissions of one Thread in FIFO order."""
+        return [work_item(row) for row in self.storage.exec(_THREAD_OPEN, thread_id)]
+
+    def read_abort_intent(self, submission_id: str) -> AbortIntent | None:
+        """The submission's abort intent, if one was ever requested."""
+        row = self.storage.exec(_READ_INTENT, submission_id).first()
+        if row is None:
+            return None
+        return AbortIntent(
+            submission_id=row["submission_id"],
+            state=AbortState(row["state"]),
+            reason=row["reason"],
+            requested_at=int(row["requested_at"]),
+            applied_at=row["applied_at"],
+        )
+
+    # -- admission ---------------------------------------------------------------------------
+
+    def admit(
+        self,
+        thread_id: str,
+        agent: str,
+        input: JsonValue,
+        idempotency_key: str | None = None,
+    ) -> Admission:
+        """Admit input for a Thread, behind its earlier submissions (FIFO ``seq``).
+
+        The Thread is created by its first admission. With an ``idempotency_key``, the same key
+        with the same agent and input returns the existing submission (``created=False``) and
+        the same key with anything else raises :class:`Conflict`. The submission, the Thread's
+        sequence, the native lane's enrollment and the alarm commit in one transaction.
+        """
+        check_id(thread_id, field="thread")
+        check_id(agent, field="agent")
+        if idempotency_key is not None:
+            check_id(idempotency_key, field="idempotency_key")
+        input_json = encode_json(input, field="input")
+        if len(input_json.encode("utf-8")) > self.config.max_body_bytes:
+            raise PayloadTooLarge(
+                f"input is larger than {self.config.max_body_bytes} bytes", field="input"
+            )
+        input_digest = digest(agent, input_json)
+        if idempotency_key is not None:
+            # A replayed admission answers from one indexed read, without a gate transaction.
+            existing = self._replayed(thread_id, idempotency_key, input_digest)
+            if existing is not None:
+                return Admission(existing, created=False)
+        submission_id = self.ids.new_id("sub")
+
+        def write() -> Admission:
+            if idempotency_key is not None:
+                again = self._replayed(thread_id, idempotency_key, input_digest)
+                if again is not None:
+                    return Admission(again, created=False)
+            now = self.clock.now_ms()
+            seq = int(self.storage.exec(_NEXT_SEQ, thread_id, now, now).one()["seq"])
+            self.storage.exec(
+                _INSERT, submission_id, thread_id, seq, agent, idempotency_key, input_json,
+                input_digest, now, now,
+            )
+            # A new submission is a real new fact for the native lane, not a replayed hint.
+            self.gate.record_progress(())
+            return Admission(self.get(submission_id), created=True)
+
+        return self.gate.mutate(write)
+
+    def _replayed(self, thread_id: str, key: str, input_digest: str) -> Submission | None:
+        row = self.storage.exec(_BY_KEY, thread_id, key).first()
+        if row is None:
+            return None
+        if row["input_digest"] != input_digest:
+            raise Conflict(
+                f"idempotency key {key!r} was already used with other input",
+                field="idempotency_key",
+            )
+        return Submission.from_row(row)
+
+    # -- operator decisions ------------------------------------------------------------------
+
+    def request_abort(self, submission_id: str, reason: str | None = None) -> Submission:
+        """Make an abort intent durable at once; settle now unless an Attempt is running.
+
+        A running Attempt observes the intent at its next step boundary (or its settlement);
+        if its lease expires first, recovery settles it aborted. Aborting a settled submission
+        changes nothing and returns it.
+        """
+        current = self.get(submission_id)
+        if current.state is SubmissionState.SETTLED:
+            return current
+
+        def write() -> Submission:
+            now = self.clock.now_ms()
+            self.storage.exec(_ACCEPT_INTENT, submission_id, reason, now)
+            if current.state in _ABORT_AT_ONCE and not transitions.settle(
+                self.storage,
+                submission_id,
+                thread_id=current.thread_id,
+                state=current.state,
+                revision=current.revision,
+                outcome=Outcome.ABORTED,
+                now=now,
+                error={"type": "Aborted", "message": reason or "aborted"},
+            ):
+                raise Conflict("the submission changed while it was being aborted")
+            return self.get(submission_id)
+
+        return self.gate.mutate(write, lanes=(NATIVE, PUBLICATION))
+
+    def decide_approval(
+        self, submission_id: str, key: str, *, approved: bool, payload: JsonValue = None
+    ) -> ApprovalDecision:
+        """Decide an open approval; the submission becomes ready once nothing else is open.
+
+        Deciding again with the same decision returns it; a different decision raises
+        :class:`Conflict`.
+        """
+        decision = ApprovalDecision(bool(approved), payload)
+        decision_json = encode_json({"approved": decision.approved, "payload": payload},
+                                    field="payload")
+        wait = waits.find(self.storage, submission_id, WaitKind.APPROVAL, key)
+        if wait is None:
+            raise NotFound(f"submission {submission_id!r} awaits no approval {key!r}",
+                           field="key")
+        if wait.state is not WaitState.OPEN:
+            if wait.decision is not None and encode_json(wait.decision) == decision_json:
+                return decision
+            raise Conflict(f"approval {key!r} was already {wait.state.value}", field="key")
+        current = self.get(submission_id)
+
+        def write() -> ApprovalDecision:
+            now = self.clock.now_ms()
+            if not waits.resolve(self.storage, wait.id, decision_json=decision_json, now=now):
+                raise Conflict(f"approval {key!r} changed while it was being decided")
+            self._wake_if_unblocked(current, now)
+            return decision
+
+        return self.gate.mutate(write, lanes=(NATIVE,))
+
+    def resolve_unknown(
+        self, submission_id: str, action: Resolution | str, result: JsonValue = None
+    ) -> Submission:
+        """Resolve an Unknown Outcome: ``retry`` the step, ``accept`` a result for it, or
+        ``abort`` the submission.
+
+        Only a submission in ``unknown`` can be resolved; anything else raises
+        :class:`Conflict`, so a resolution delivered twice changes the ledger once.
+        """
+        action = Resolution(action)
+        current = self.get(submission_id)
+        if current.state is not SubmissionState.UNKNOWN:
+            raise Conflict(f"submission {submission_id!r} is {current.state.value}, not unknown")
+        pending = [w for w in waits.open_waits(self.storage, submission_id)
+                   if w.kind is WaitKind.UNKNOWN]
+        if not pending:
+            raise Conflict(f"submission {submission_id!r} has no open unknown outcome")
+        wait = pending[0]
+        if action is Resolution.ABORT:
+            return self.request_abort(submission_id, "unknown outcome resolved by abort")
+        value_json = encode_json(result, field="result") if action is Resolution.ACCEPT else None
+
+        def write() -> Submission:
+            now = self.clock.now_ms()
+            decision = {"action": action.value, "result": result}
+            if not waits.resolve(self.storage, wait.id, decision_json=encode_json(decision),
+                                 now=now):
+                raise Conflict("the unknown outcome changed while it was being resolved")
+            if action is Resolution.ACCEPT:
+                journal.resolve_started(self.storage, submission_id, wait.key,
+                                        state=StepState.FINISHED, value_json=value_json, now=now)
+            else:
+                journal.resolve_started(
+                    self.storage, submission_id, wait.key, state=StepState.FAILED, now=now,
+                    error_json=encode_json({"type": "UnknownOutcome", "resolution": "retry"}),
+                )
+            self._wake_if_unblocked(current, now)
+            return self.get(submission_id)
+
+        return self.gate.mutate(write, lanes=(NATIVE,))
+
+    def _wake_if_unblocked(self, current: Submission, now: int) -> None:
+        """``suspended|unknown -> ready`` once the submission has no open wait left."""
+        if current.state not in (SubmissionState.SUSPENDED, SubmissionState.UNKNOWN):
+            return
+        if waits.open_waits(self.storage, current.id):
+            return
+        if not transitions.move(self.storage, current.id, state=current.state,
+                                revision=current.revision, to=SubmissionState.READY, now=now):
+            raise Conflict("the submission changed while its wait was being resolved")
+
+
+def check_resolution(action: str) -> Resolution:
+    """Parse an Unknown Outcome resolution; anything else raises :class:`ValidationFailed`."""
+    try:
+        return Resolution(action)
+    except ValueError as exc:
+        raise ValidationFailed("action must be retry, accept or abort", field="action") from exc
+
+
+__all__ = ["AbortIntent", "Ledger", "check_resolution", "work_item"]

@@ -1,0 +1,52 @@
+"""What the thread runtime needs from the scheduling substrate, stated as protocols.
+
+The runtime is written against these two shapes, which ``threadline.scheduling`` provides; the
+protocols keep the dependency one-way and name exactly the surface the runtime relies on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol, TypeVar
+
+from threadline.scheduling.due_queue import MESSAGES, NATIVE, PUBLICATION
+
+T = TypeVar("T")
+
+
+class MutationGate(Protocol):
+    """Commits source facts together with lane enrollment, generation bump and alarm."""
+
+    def mutate(
+        self,
+        fn: Callable[[], T],
+        *,
+        lanes: Sequence[str] = (),
+        invalidates_recovery: bool = True,
+    ) -> T:
+        """Run ``fn`` in one storage transaction with the gate's bookkeeping."""
+        ...
+
+    def schedule(self, lane_id: str, due_at: int, progress_cursor: int | None = None) -> None:
+        """Make ``lane_id`` due no later than ``due_at`` (inside the current transaction)."""
+        ...
+
+    def record_progress(self, lanes: Sequence[str]) -> None:
+        """Mark the current source transaction as a real new fact for ``lanes``."""
+        ...
+
+
+class Failpoints(Protocol):
+    """Named crash points; production runs a no-op, tests raise ``Evicted`` at one."""
+
+    def hit(self, location: str) -> None:
+        """Synchronous failpoint."""
+        ...
+
+    async def reached(self, location: str) -> None:
+        """Asynchronous failpoint."""
+        ...
+
+
+
+__all__ = ["MESSAGES", "NATIVE", "PUBLICATION", "Failpoints", "MutationGate"]

@@ -1,0 +1,240 @@
+"""Recovery: what to do with a Thread's submissions after an Attempt was lost.
+
+``run(thread)`` looks at the Thread's open submissions and decides, per submission:
+
+* a running submission whose lease expired
+  - with an accepted abort intent: settle it ``aborted``;
+  - with an ``uncertain`` step started and never finished: make it an Unknown Outcome (the
+    step may have acted; only an operator may say whether to retry it);
+  - otherwise (an idempotent step or nothing in flight): ready it again, or settle it
+    ``failed`` when the lost Attempt was its last allowed one;
+* a ``terminalizing`` submission: settle it ``aborted``;
+* a suspended submission whose timers are all due: apply them and ready it.
+
+Each decision is one gate transaction, and a compare-and-set on the submission's revision, so a
+recovery that runs twice (or races an Attempt) changes each submission at most once. A storage
+or decoding failure blocks the Thread's recovery and is returned, not raised: the maintenance
+pass records it as a recovery fault and carries on with other Threads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from threadline.clock import Clock
+from threadline.config import RuntimeConfig
+from threadline.errors import ThreadlineError
+from threadline.ids import IdSource
+from threadline.storage.port import Storage
+from threadline.threads import journal, transitions, waits
+from threadline.threads.ledger import Ledger
+from threadline.threads.model import (
+    Outcome,
+    SubmissionState,
+    WaitKind,
+    WorkItem,
+    encode_json,
+)
+from threadline.threads.ports import NATIVE, PUBLICATION, MutationGate
+
+
+class RecoveryDecision(StrEnum):
+    """What recovery decided for one submission."""
+
+    RE_READY = "re-ready"
+    UNKNOWN_OUTCOME = "unknown-outcome"
+    SETTLE_ABORTED = "settle-aborted"
+    SETTLE_FAILED = "settle-failed"
+    APPLY_TIMER = "apply-timer"
+
+
+class Disposition(StrEnum):
+    """Where the decision left the submission."""
+
+    #: Runnable again; the next pass may start an Attempt.
+    REPAIRED = "repaired"
+    #: Parked as an Unknown Outcome until an operator resolves it (a stable wait).
+    UNKNOWN = "unknown"
+    #: Settled, exactly once.
+    SETTLED = "settled"
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    """One committed recovery decision."""
+
+    submission_id: str
+    thread_id: str
+    decision: RecoveryDecision
+    disposition: Disposition
+    step_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryBlocked:
+    """A Thread whose recovery could not run; its work stays pending, untouched."""
+
+    thread_id: str
+    failure: str
+    error_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class RecoverySweepResult:
+    """Everything one recovery sweep decided, and the Threads it could not recover."""
+
+    reports: tuple[RecoveryReport, ...] = field(default=())
+    blocked: tuple[RecoveryBlocked, ...] = field(default=())
+
+    def merge(self, other: RecoverySweepResult) -> RecoverySweepResult:
+        """Both sweeps' reports and blocked Threads."""
+        return RecoverySweepResult(self.reports + other.reports, self.blocked + other.blocked)
+
+
+class _Stale(Exception):
+    """The submission moved after it was scanned; roll back and decide nothing."""
+
+
+class Recovery:
+    """Recovery decisions over one object's ledger."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        gate: MutationGate,
+        ledger: Ledger,
+        *,
+        clock: Clock,
+        ids: IdSource,
+        config: RuntimeConfig,
+    ) -> None:
+        self.storage = storage
+        self.gate = gate
+        self.ledger = ledger
+        self.clock = clock
+        self.ids = ids
+        self.config = config
+
+    def run(self, thread_id: str) -> RecoverySweepResult:
+        """Recover one Thread; see the module docstring for the decisions."""
+        reports: list[RecoveryReport] = []
+        try:
+            for item in self.ledger.thread_open(thread_id):
+                report = self._recover(item)
+                if report is not None:
+                    reports.append(report)
+        except (ThreadlineError, ValueError, KeyError) as exc:
+            blocked = RecoveryBlocked(thread_id, str(exc), type(exc).__name__)
+            return RecoverySweepResult(tuple(reports), (blocked,))
+        return RecoverySweepResult(tuple(reports))
+
+    def _recover(self, item: WorkItem) -> RecoveryReport | None:
+        now = self.clock.now_ms()
+        try:
+            if item.state is SubmissionState.RUNNING:
+                if item.lease_expires_at is None or item.lease_expires_at > now:
+                    return None
+                return self._expired(item)
+            if item.state is SubmissionState.TERMINALIZING:
+                return self._settle(item, Outcome.ABORTED, RecoveryDecision.SETTLE_ABORTED)
+            if item.state is SubmissionState.SUSPENDED:
+                return self._apply_timers(item)
+        except _Stale:
+            return None
+        return None
+
+    def _expired(self, item: WorkItem) -> RecoveryReport:
+        if transitions.abort_accepted(self.storage, item.submission_id):
+            return self._settle(item, Outcome.ABORTED, RecoveryDecision.SETTLE_ABORTED)
+        in_flight = journal.in_flight_uncertain(self.storage, item.submission_id)
+        if in_flight is not None:
+            return self._unknown(item, in_flight.step_key, in_flight.attempt)
+        if item.attempts >= self.config.max_attempts:
+            return self._settle(item, Outcome.FAILED, RecoveryDecision.SETTLE_FAILED)
+        now = self.clock.now_ms()
+
+        def write() -> None:
+            if not transitions.move(self.storage, item.submission_id, state=item.state,
+                                    revision=item.revision, to=SubmissionState.READY, now=now,
+                                    error=_lease_error(item)):
+                raise _Stale
+            self.gate.record_progress(())
+
+        self.gate.mutate(write)
+        return RecoveryReport(item.submission_id, item.thread_id, RecoveryDecision.RE_READY,
+                              Disposition.REPAIRED)
+
+    def _unknown(self, item: WorkItem, step_key: str, attempt: int) -> RecoveryReport:
+        now = self.clock.now_ms()
+
+        def write() -> None:
+            payload = encode_json({"step": step_key, "attempt": attempt})
+            waits.open_wait(self.storage, self.ids.new_id("wait"), item.submission_id,
+                            WaitKind.UNKNOWN, step_key, now=now, payload_json=payload)
+            if not transitions.move(self.storage, item.submission_id, state=item.state,
+                                    revision=item.revision, to=SubmissionState.UNKNOWN, now=now):
+                raise _Stale
+            # Later input of the Thread may run past an Unknown Outcome: that is native work.
+            self.gate.record_progress(())
+
+        self.gate.mutate(write)
+        return RecoveryReport(item.submission_id, item.thread_id,
+                              RecoveryDecision.UNKNOWN_OUTCOME, Disposition.UNKNOWN, step_key)
+
+    def _apply_timers(self, item: WorkItem) -> RecoveryReport | None:
+        now = self.clock.now_ms()
+        pending = waits.open_waits(self.storage, item.submission_id)
+        due = [w for w in pending if w.kind is WaitKind.TIMER and (w.wake_at or 0) <= now]
+        if not due or len(due) != len(pending):
+            return None
+
+        def write() -> None:
+            for wait in due:
+                waits.resolve(self.storage, wait.id, decision_json=None, now=now)
+            if not transitions.move(self.storage, item.submission_id, state=item.state,
+                                    revision=item.revision, to=SubmissionState.READY, now=now):
+                raise _Stale
+            self.gate.record_progress(())
+
+        self.gate.mutate(write)
+        return RecoveryReport(item.submission_id, item.thread_id, RecoveryDecision.APPLY_TIMER,
+                              Disposition.REPAIRED)
+
+    def _settle(
+        self, item: WorkItem, outcome: Outcome, decision: RecoveryDecision
+    ) -> RecoveryReport:
+        now = self.clock.now_ms()
+        error = (
+            {"type": "Aborted", "message": "aborted"}
+            if outcome is Outcome.ABORTED
+            else _lease_error(item)
+        )
+
+        def write() -> None:
+            if not transitions.settle(self.storage, item.submission_id, thread_id=item.thread_id,
+                                      state=item.state, revision=item.revision, outcome=outcome,
+                                      now=now, error=error):
+                raise _Stale
+            self.gate.record_progress(())
+
+        self.gate.mutate(write, lanes=(NATIVE, PUBLICATION))
+        return RecoveryReport(item.submission_id, item.thread_id, decision, Disposition.SETTLED)
+
+
+def _lease_error(item: WorkItem) -> dict[str, object]:
+    return {
+        "type": "LeaseExpired",
+        "message": "the Attempt was lost before it settled",
+        "attempt": item.attempts,
+    }
+
+
+__all__ = [
+    "Disposition",
+    "Recovery",
+    "RecoveryBlocked",
+    "RecoveryDecision",
+    "RecoveryReport",
+    "RecoverySweepResult",
+]

@@ -1,0 +1,147 @@
+"""Compare-and-set state transitions of ``tl_submissions``.
+
+Every transition names the state and revision it expects (``WHERE id = ? AND state = ? AND
+revision = ?``) and bumps the revision. If anything moved the submission in between (another
+Attempt, a recovery, an operator) the statement matches no row, nothing changes, and the caller
+learns it from the row count. That is why running any transition twice is harmless: the second
+run expects a revision that no longer exists. Callers run these inside a gate transaction.
+"""
+
+from __future__ import annotations
+
+from threadline.storage.port import Storage
+from threadline.threads import outbox, waits
+from threadline.threads.model import (
+    AbortState,
+    JsonValue,
+    Outcome,
+    SubmissionState,
+    decode_json,
+    encode_json,
+)
+
+_CLAIM = (
+    "UPDATE tl_submissions SET state = 'running', attempts = attempts + 1,"
+    " revision = revision + 1, lease_owner = ?, lease_expires_at = ?, not_before = NULL,"
+    " updated_at = ? WHERE id = ? AND state = ? AND revision = ?"
+)
+_MOVE = (
+    "UPDATE tl_submissions SET state = ?, revision = revision + 1, lease_owner = NULL,"
+    " lease_expires_at = NULL, not_before = ?, attempts = attempts - ?,"
+    " error_json = COALESCE(?, error_json), updated_at = ?"
+    " WHERE id = ? AND state = ? AND revision = ?"
+)
+_SETTLE = (
+    "UPDATE tl_submissions SET state = 'settled', outcome = ?, result_json = ?, error_json = ?,"
+    " revision = revision + 1, lease_owner = NULL, lease_expires_at = NULL, not_before = NULL,"
+    " settled_at = ?, updated_at = ? WHERE id = ? AND state = ? AND revision = ?"
+)
+_APPLY_ABORT = (
+    "UPDATE tl_abort_intents SET state = 'applied', applied_at = ?"
+    " WHERE submission_id = ? AND state = 'accepted'"
+)
+_READ_INTENT_STATE = "SELECT state FROM tl_abort_intents WHERE submission_id = ?"
+
+#: The kind of the outbox record published when a submission settles.
+SETTLED_KIND = "submission.settled"
+
+
+def claim(
+    storage: Storage,
+    submission_id: str,
+    *,
+    state: SubmissionState,
+    revision: int,
+    lease_owner: str,
+    lease_expires_at: int,
+    now: int,
+) -> bool:
+    """``queued|ready -> running`` under a new lease, charging one attempt."""
+    written = storage.exec(
+        _CLAIM, lease_owner, lease_expires_at, now, submission_id, state.value, revision
+    ).rows_written
+    return written == 1
+
+
+def move(
+    storage: Storage,
+    submission_id: str,
+    *,
+    state: SubmissionState,
+    revision: int,
+    to: SubmissionState,
+    now: int,
+    not_before: int | None = None,
+    refund_attempt: bool = False,
+    error: JsonValue = None,
+) -> bool:
+    """Move an open submission to another open state, dropping any lease.
+
+    ``refund_attempt`` un-charges the attempt a yielded claim took; ``error`` keeps the last
+    failure visible on a submission waiting to be retried.
+    """
+    if to is SubmissionState.SETTLED:
+        raise ValueError("use settle() to settle a submission")
+    written = storage.exec(
+        _MOVE,
+        to.value,
+        not_before,
+        1 if refund_attempt else 0,
+        None if error is None else encode_json(error),
+        now,
+        submission_id,
+        state.value,
+        revision,
+    ).rows_written
+    return written == 1
+
+
+def settle(
+    storage: Storage,
+    submission_id: str,
+    *,
+    thread_id: str,
+    state: SubmissionState,
+    revision: int,
+    outcome: Outcome,
+    now: int,
+    result_json: str | None = None,
+    error: JsonValue = None,
+) -> bool:
+    """Settle once: the submission, its open waits, its abort intent and the settled record.
+
+    Returns False, having changed nothing, when the submission is no longer at
+    ``(state, revision)`` (it was settled, or moved, by someone else first).
+    """
+    error_json = None if error is None else encode_json(error)
+    written = storage.exec(
+        _SETTLE, outcome.value, result_json, error_json, now, now, submission_id, state.value,
+        revision,
+    ).rows_written
+    if written != 1:
+        return False
+    waits.cancel_open(storage, submission_id, now=now)
+    storage.exec(_APPLY_ABORT, now, submission_id)
+    body: dict[str, JsonValue] = {"submission_id": submission_id, "outcome": outcome.value}
+    if result_json is not None:
+        body["result"] = decode_json(result_json)
+    if error is not None:
+        body["error"] = error
+    outbox.publish(
+        storage,
+        record_id=f"{submission_id}:settled",
+        thread_id=thread_id,
+        kind=SETTLED_KIND,
+        body_json=encode_json(body),
+        now=now,
+    )
+    return True
+
+
+def abort_accepted(storage: Storage, submission_id: str) -> bool:
+    """True when an abort of the submission was accepted and not yet applied."""
+    state = storage.exec(_READ_INTENT_STATE, submission_id).scalar()
+    return bool(state == AbortState.ACCEPTED.value)
+
+
+__all__ = ["SETTLED_KIND", "abort_accepted", "claim", "move", "settle"]

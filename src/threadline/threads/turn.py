@@ -1,0 +1,337 @@
+"""``Turn``: what an agent sees of its submission during one Attempt.
+
+Everything an agent does through a Turn is durable and replayable. Each call gets a key from its
+kind, name and occurrence (``step:plan``, ``step:plan#2``, ``emit#1``...), so an Attempt that
+runs the agent again from the top, after a crash, a retry or a wait, meets its earlier work in
+the same order and gets the recorded answers back instead of repeating it. Agents must therefore
+be deterministic apart from what they do inside steps.
+
+Every boundary (a step, emit, send, approval or sleep that has not happened yet) first checks
+the submission's abort intent and the pass's yield deadline, and every write is fenced by the
+Attempt's claim: an Attempt that lost its lease cannot write anything more.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from threadline.clock import Clock
+from threadline.errors import NonRetryable, ValidationFailed
+from threadline.storage.port import Storage
+from threadline.threads import journal, messages, outbox, transitions, waits
+from threadline.threads.model import (
+    ApprovalDecision,
+    JsonValue,
+    StepEffect,
+    StepState,
+    Submission,
+    SubmissionState,
+    WaitKind,
+    WaitState,
+    check_id,
+    decode_json,
+    encode_json,
+    error_envelope,
+)
+from threadline.threads.ports import MESSAGES, PUBLICATION, Failpoints, MutationGate
+from threadline.threads.signals import AbortObserved, LeaseLost, Suspend, YieldNow
+
+_FENCE = "SELECT state, revision, lease_owner FROM tl_submissions WHERE id = ?"
+
+STEP_STARTED = "step:started"
+STEP_FINISHED = "step:finished"
+EMIT_COMMITTED = "emit:committed"
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How often a step's function is tried within one Attempt before the Attempt fails.
+
+    The default tries once: a failing step fails the Attempt, and the submission's own retry
+    policy (``RuntimeConfig.max_attempts`` with backoff) takes over. Exceptions of a type in
+    ``non_retryable`` (and :class:`~threadline.NonRetryable`) are never retried here.
+    """
+
+    max_attempts: int = 1
+    initial_delay_ms: int = 0
+    backoff: float = 2.0
+    max_delay_ms: int = 60_000
+    non_retryable: tuple[type[BaseException], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError("max_attempts must be >= 1")
+        if self.initial_delay_ms < 0 or self.max_delay_ms < 0:
+            raise ValueError("delays must be >= 0")
+        if self.backoff < 1:
+            raise ValueError("backoff must be >= 1")
+
+    def retries(self, exc: Exception, tried: int) -> bool:
+        """Whether a step that raised ``exc`` on try number ``tried`` is tried again."""
+        if tried >= self.max_attempts or isinstance(exc, NonRetryable):
+            return False
+        return not isinstance(exc, self.non_retryable)
+
+    def delay_ms(self, tried: int) -> int:
+        """The pause before try number ``tried + 1``."""
+        return int(min(self.max_delay_ms, self.initial_delay_ms * self.backoff ** (tried - 1)))
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The claim an Attempt holds: the submission as claimed and the lease that fences it."""
+
+    submission: Submission
+    lease_owner: str
+    revision: int
+
+    @property
+    def attempt(self) -> int:
+        """The Attempt's number, from 1."""
+        return self.submission.attempts
+
+
+class Turn:
+    """One Attempt's view of its submission. Agents receive it as their only argument."""
+
+    def __init__(
+        self,
+        claim: Claim,
+        *,
+        storage: Storage,
+        gate: MutationGate,
+        clock: Clock,
+        failpoints: Failpoints,
+        yield_after: int | None = None,
+    ) -> None:
+        self._claim = claim
+        self._storage = storage
+        self._gate = gate
+        self._clock = clock
+        self._failpoints = failpoints
+        self._yield_after = yield_after
+        self._seen: dict[str, int] = {}
+        self._position = 0
+
+    @property
+    def input(self) -> JsonValue:
+        """The submission's input, as admitted."""
+        return self._claim.submission.input
+
+    @property
+    def submission_id(self) -> str:
+        """The submission this Attempt runs."""
+        return self._claim.submission.id
+
+    @property
+    def thread_id(self) -> str:
+        """The Thread the submission belongs to."""
+        return self._claim.submission.thread_id
+
+    @property
+    def attempt(self) -> int:
+        """This Attempt's number, from 1."""
+        return self._claim.attempt
+
+    @property
+    def aborted(self) -> bool:
+        """True once an abort of this submission was accepted (read from storage)."""
+        return transitions.abort_accepted(self._storage, self.submission_id)
+
+    # -- durable operations ------------------------------------------------------------------
+
+    async def step(
+        self,
+        name: str,
+        fn: Callable[[], Any],
+        *,
+        effect: StepEffect | str = StepEffect.IDEMPOTENT,
+        retry: RetryPolicy | None = None,
+    ) -> JsonValue:
+        """Run ``fn`` (sync or async) once, journal its JSON result, and return it.
+
+        On replay a finished step returns its journaled value without calling ``fn``. The value
+        is returned as decoded from its JSON, on the first run too, so both runs see the same
+        thing. With ``effect="uncertain"`` a crash while ``fn`` runs makes the submission an
+        Unknown Outcome for an operator to resolve, instead of calling ``fn`` again.
+        """
+        effect = StepEffect(effect)
+        key = self._key(f"step:{name}")
+        position = self._next_position()
+        entry = journal.read_entry(self._storage, self.submission_id, key)
+        if entry is not None and entry.state is StepState.FINISHED:
+            return entry.value
+        await self._boundary()
+        if effect is StepEffect.UNCERTAIN:
+            self._write(lambda: self._journal(key, position, effect, StepState.STARTED))
+        await self._failpoints.reached(STEP_STARTED)
+        policy = retry if retry is not None else RetryPolicy()
+        tried = 0
+        while True:
+            tried += 1
+            try:
+                value = fn()
+                if inspect.isawaitable(value):
+                    value = await value
+                break
+            except Exception as exc:
+                if not policy.retries(exc, tried):
+                    if effect is StepEffect.UNCERTAIN:
+                        failed = encode_json(error_envelope(exc, attempt=self.attempt))
+                        self._write(lambda failed=failed: self._journal(  # type: ignore[misc]
+                            key, position, effect, StepState.FAILED, error_json=failed))
+                    raise
+                await self._clock.sleep_until(self._clock.now_ms() + policy.delay_ms(tried))
+        try:
+            value_json = encode_json(value, field=f"step {name!r}")
+        except ValidationFailed as exc:
+            raise NonRetryable(exc.message) from exc
+        self._write(lambda: self._journal(
+            key, position, effect, StepState.FINISHED, value_json=value_json))
+        await self._failpoints.reached(STEP_FINISHED)
+        return decode_json(value_json)
+
+    async def emit(self, record: JsonValue, *, kind: str = "record") -> str:
+        """Append ``record`` to the Thread's canonical history and publish it; returns its id.
+
+        History, outbox row and publication-lane enrollment commit in one transaction. On
+        replay the record is found by its id and not appended again.
+        """
+        record_id = f"{self.submission_id}:{self._key('emit')}"
+        self._next_position()
+        if outbox.history_has(self._storage, record_id):
+            return record_id
+        body_json = encode_json(record, field="record")
+        await self._boundary()
+
+        def write() -> None:
+            outbox.append_history(
+                self._storage, record_id=record_id, thread_id=self.thread_id,
+                submission_id=self.submission_id, kind=kind, body_json=body_json,
+                now=self._clock.now_ms(),
+            )
+
+        self._write(write, lanes=(PUBLICATION,))
+        await self._failpoints.reached(EMIT_COMMITTED)
+        return record_id
+
+    async def send(self, space: str, thread: str, input: JsonValue) -> str:
+        """Queue ``input`` for the Thread ``thread`` of ``space``; returns the message id.
+
+        Only the outbound row is written here (once, even on replay); the messages lane
+        delivers it later, at least once.
+        """
+        check_id(space, field="space")
+        check_id(thread, field="thread")
+        message_id = f"{self.submission_id}:{self._key('send')}"
+        self._next_position()
+        if messages.message_exists(self._storage, message_id):
+            return message_id
+        input_json = encode_json(input, field="input")
+        await self._boundary()
+
+        def write() -> None:
+            messages.enqueue_message(
+                self._storage, message_id=message_id, from_thread=self.thread_id,
+                from_submission=self.submission_id, to_space=space, to_thread=thread,
+                input_json=input_json, now=self._clock.now_ms(),
+            )
+
+        self._write(write, lanes=(MESSAGES,))
+        return message_id
+
+    async def approval(self, key: str, payload: JsonValue = None) -> ApprovalDecision:
+        """Wait durably until someone decides the approval ``key``; return the decision.
+
+        The first call suspends the submission (the Attempt ends; nothing holds memory or an
+        alarm while it waits). Once decided, the submission runs again and this call returns
+        the decision. Keys name one approval per submission: asking again returns the same
+        decision.
+        """
+        check_id(key, field="key")
+        self._next_position()
+        wait = waits.find(self._storage, self.submission_id, WaitKind.APPROVAL, key)
+        if wait is not None and wait.state is WaitState.RESOLVED:
+            decided = wait.decision if isinstance(wait.decision, dict) else {}
+            return ApprovalDecision(bool(decided.get("approved")), decided.get("payload"))
+        payload_json = encode_json(payload, field="payload")
+        await self._boundary()
+        raise Suspend(WaitKind.APPROVAL, key, payload_json=payload_json)
+
+    async def sleep(self, ms: int) -> None:
+        """Wait durably for ``ms`` milliseconds: a timer on the native lane, not a coroutine."""
+        key = self._key("sleep")
+        self._next_position()
+        if ms <= 0:
+            return
+        wait = waits.find(self._storage, self.submission_id, WaitKind.TIMER, key)
+        now = self._clock.now_ms()
+        if wait is not None:
+            if wait.state is WaitState.RESOLVED:
+                return
+            wake_at = wait.wake_at if wait.wake_at is not None else now
+            if wake_at <= now:
+                self._write(lambda: waits.resolve(self._storage, wait.id, decision_json=None,
+                                                  now=now))
+                return
+            raise Suspend(WaitKind.TIMER, key, wake_at=wake_at)
+        await self._boundary()
+        raise Suspend(WaitKind.TIMER, key, wake_at=now + ms)
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _key(self, base: str) -> str:
+        count = self._seen.get(base, 0) + 1
+        self._seen[base] = count
+        return base if count == 1 else f"{base}#{count}"
+
+    def _next_position(self) -> int:
+        self._position += 1
+        return self._position
+
+    async def _boundary(self) -> None:
+        """Before new durable work: observe an accepted abort and the yield deadline."""
+        if self.aborted:
+            raise AbortObserved(self.submission_id)
+        if self._yield_after is not None and self._clock.now_ms() >= self._yield_after:
+            raise YieldNow(self.submission_id)
+
+    def _journal(
+        self,
+        key: str,
+        position: int,
+        effect: StepEffect,
+        state: StepState,
+        *,
+        value_json: str | None = None,
+        error_json: str | None = None,
+    ) -> None:
+        journal.record(
+            self._storage, self.submission_id, key, position=position, effect=effect,
+            state=state, attempt=self.attempt, now=self._clock.now_ms(),
+            value_json=value_json, error_json=error_json,
+        )
+
+    def _write(self, fn: Callable[[], object], *, lanes: tuple[str, ...] = ()) -> None:
+        """Commit ``fn`` through the gate, fenced by this Attempt's claim."""
+
+        def fenced() -> None:
+            row = self._storage.exec(_FENCE, self.submission_id).first()
+            if (
+                row is None
+                or row["state"] != SubmissionState.RUNNING.value
+                or int(row["revision"]) != self._claim.revision
+                or row["lease_owner"] != self._claim.lease_owner
+            ):
+                raise LeaseLost(self.submission_id)
+            fn()
+
+        # Writes inside a claimed Attempt add no work for anyone else: the claim's lease
+        # deadline already stands on the native lane.
+        self._gate.mutate(fenced, lanes=lanes, invalidates_recovery=False)
+
+
+__all__ = ["EMIT_COMMITTED", "STEP_FINISHED", "STEP_STARTED", "Claim", "RetryPolicy", "Turn"]

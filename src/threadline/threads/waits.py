@@ -1,0 +1,105 @@
+"""Durable waits (``tl_waits``): approvals, timers and Unknown Outcomes of a submission.
+
+A wait is ``open`` until it is resolved (a decision, a due timer, a resolution) or cancelled
+(its submission settled). Every change is a compare-and-set on ``state = 'open'``, so a decision
+delivered twice, or a timer applied by two recoveries, changes the row once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from threadline.storage.port import Row, Storage
+from threadline.threads.model import JsonValue, WaitKind, WaitState, decode_json
+
+_FIND = (
+    "SELECT id, submission_id, kind, wait_key, state, payload_json, decision_json, wake_at"
+    " FROM tl_waits WHERE submission_id = ? AND kind = ? AND wait_key = ?"
+)
+_OPEN_OF = (
+    "SELECT id, submission_id, kind, wait_key, state, payload_json, decision_json, wake_at"
+    " FROM tl_waits WHERE submission_id = ? AND state = 'open'"
+)
+_INSERT = (
+    "INSERT INTO tl_waits (id, submission_id, kind, wait_key, state, payload_json, wake_at,"
+    " created_at) VALUES (?, ?, ?, ?, 'open', ?, ?, ?)"
+    " ON CONFLICT (submission_id, kind, wait_key) DO NOTHING"
+)
+_RESOLVE = (
+    "UPDATE tl_waits SET state = 'resolved', decision_json = ?, resolved_at = ?"
+    " WHERE id = ? AND state = 'open'"
+)
+_CANCEL_OPEN = (
+    "UPDATE tl_waits SET state = 'cancelled', resolved_at = ?"
+    " WHERE submission_id = ? AND state = 'open'"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """One durable wait."""
+
+    id: str
+    submission_id: str
+    kind: WaitKind
+    key: str
+    state: WaitState
+    payload: JsonValue
+    decision: JsonValue
+    wake_at: int | None
+
+
+def _wait(row: Row) -> Wait:
+    wake_at = row["wake_at"]
+    return Wait(
+        id=row["id"],
+        submission_id=row["submission_id"],
+        kind=WaitKind(row["kind"]),
+        key=row["wait_key"],
+        state=WaitState(row["state"]),
+        payload=decode_json(row["payload_json"]),
+        decision=decode_json(row["decision_json"]),
+        wake_at=None if wake_at is None else int(wake_at),
+    )
+
+
+def find(storage: Storage, submission_id: str, kind: WaitKind, key: str) -> Wait | None:
+    """The wait of ``kind`` named ``key`` for the submission, in any state."""
+    row = storage.exec(_FIND, submission_id, kind.value, key).first()
+    return None if row is None else _wait(row)
+
+
+def open_waits(storage: Storage, submission_id: str) -> list[Wait]:
+    """Every open wait of the submission."""
+    return [_wait(row) for row in storage.exec(_OPEN_OF, submission_id)]
+
+
+def open_wait(
+    storage: Storage,
+    wait_id: str,
+    submission_id: str,
+    kind: WaitKind,
+    key: str,
+    *,
+    now: int,
+    payload_json: str | None = None,
+    wake_at: int | None = None,
+) -> bool:
+    """Open a wait; an existing wait of the same kind and key is kept. True when inserted."""
+    written = storage.exec(
+        _INSERT, wait_id, submission_id, kind.value, key, payload_json, wake_at, now
+    ).rows_written
+    return written == 1
+
+
+def resolve(storage: Storage, wait_id: str, *, decision_json: str | None, now: int) -> bool:
+    """Resolve an open wait; False when it was no longer open (nothing changed)."""
+    return storage.exec(_RESOLVE, decision_json, now, wait_id).rows_written == 1
+
+
+def cancel_open(storage: Storage, submission_id: str, *, now: int) -> int:
+    """Cancel every open wait of a submission that is settling; returns how many."""
+    return storage.exec(_CANCEL_OPEN, now, submission_id).rows_written
+
+
+__all__ = ["Wait", "cancel_open", "find", "open_wait", "open_waits", "resolve"]
