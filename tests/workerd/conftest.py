@@ -52,12 +52,12 @@ def bundle() -> Path:
 
 
 @pytest.fixture(scope="session")
-def start_runtime(bundle: Path) -> Iterator[Callable[[Path], Runtime]]:
+def start_runtime(bundle: Path) -> Iterator[Callable[..., Runtime]]:
     """Start runtimes on demand; every one started is stopped at the end of the session."""
     started: list[Runtime] = []
 
-    def start(persist: Path) -> Runtime:
-        runtime = Runtime(bundle, persist)
+    def start(persist: Path, **variables: str) -> Runtime:
+        runtime = Runtime(bundle, persist, variables)
         started.append(runtime)
         runtime.start()
         return runtime
@@ -71,7 +71,7 @@ def start_runtime(bundle: Path) -> Iterator[Callable[[Path], Runtime]]:
 
 @pytest.fixture(scope="session")
 def workerd(
-    start_runtime: Callable[[Path], Runtime], tmp_path_factory: pytest.TempPathFactory
+    start_runtime: Callable[..., Runtime], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Runtime]:
     """A warmed-up runtime shared by the tests that need no restart."""
     runtime = start_runtime(tmp_path_factory.mktemp("workerd-state"))

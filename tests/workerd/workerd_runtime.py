@@ -35,9 +35,10 @@ class Response:
 class Runtime:
     """One workerd process serving the test bundle."""
 
-    def __init__(self, bundle: Path, persist: Path) -> None:
+    def __init__(self, bundle: Path, persist: Path, variables: dict[str, str]) -> None:
         self.bundle = bundle
         self.persist = persist
+        self.variables = {"THREADLINE_API_TOKEN": TOKEN, **variables}
         self.url = ""
         self.process: subprocess.Popen[str] | None = None
         self.lines: queue.Queue[str] = queue.Queue()
@@ -53,10 +54,10 @@ class Runtime:
             "0",
             "--persist",
             str(self.persist),
-            "--var",
-            f"THREADLINE_API_TOKEN={TOKEN}",
             "--exit-on-stdin-close",
         ]
+        for key, value in self.variables.items():
+            command += ["--var", f"{key}={value}"]
         self.process = subprocess.Popen(
             command,
             cwd=ROOT,

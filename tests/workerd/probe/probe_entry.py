@@ -28,7 +28,8 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS probe_indexed (k TEXT PRIMARY KEY, v TEXT, w TEXT)",
     "CREATE INDEX IF NOT EXISTS probe_indexed_v ON probe_indexed (v)",
     "CREATE TABLE IF NOT EXISTS probe_alarms ("
-    "  seq INTEGER PRIMARY KEY AUTOINCREMENT, fired_at INTEGER, retry_count INTEGER)",
+    "  seq INTEGER PRIMARY KEY AUTOINCREMENT, fired_at INTEGER, retry_count INTEGER,"
+    "  is_retry INTEGER, run TEXT)",
 )
 
 
@@ -80,11 +81,18 @@ class StorageProbe(DurableObject):
         return Response(json.dumps(result), headers={"content-type": "application/json"})
 
     async def alarm(self, alarm_info: Any = None) -> None:
-        retry = int(getattr(alarm_info, "retryCount", 0) or 0) if alarm_info else 0
+        """Record the run: when, workerd's alarm_info, and which runtime process (PROBE_RUN)."""
+        retry = int(alarm_info.retryCount)
+        is_retry = bool(alarm_info.isRetry)
+        run = str(getattr(self.env, "PROBE_RUN", None) or "")
         self.storage.exec(
-            "INSERT INTO probe_alarms (fired_at, retry_count) VALUES (?, ?)", now_ms(), retry
+            "INSERT INTO probe_alarms (fired_at, retry_count, is_retry, run) VALUES (?, ?, ?, ?)",
+            now_ms(),
+            retry,
+            int(is_retry),
+            run,
         )
-        print(f"probe alarm fired (retry {retry})")
+        print(f"probe alarm fired (retry {retry}, run {run!r})")
 
     def count(self, table: str) -> int:
         return int(self.storage.exec(f"SELECT COUNT(*) AS n FROM {table}").scalar())
@@ -206,7 +214,9 @@ class StorageProbe(DurableObject):
 
     async def op_alarms(self) -> dict[str, Any]:
         """The rows ``alarm()`` wrote so far."""
-        rows = self.storage.exec("SELECT fired_at, retry_count FROM probe_alarms ORDER BY seq")
+        rows = self.storage.exec(
+            "SELECT fired_at, retry_count, is_retry, run FROM probe_alarms ORDER BY seq"
+        )
         return {"fired": list(rows), **await self.state()}
 
 
