@@ -28,6 +28,7 @@ from threadline.errors import (
 from threadline.ids import IdSource, RandomIds, SequentialIds
 from threadline.space import Space
 from threadline.storage import SqliteStorage, Storage
+from threadline.threads import ApprovalDecision, RetryPolicy, Turn
 
 __version__ = "0.1.0"
 
@@ -35,6 +36,7 @@ __all__ = [
     "AgentError",
     "ApiError",
     "Application",
+    "ApprovalDecision",
     "BindingUnavailable",
     "Clock",
     "Conflict",
@@ -46,6 +48,7 @@ __all__ = [
     "NotFound",
     "PayloadTooLarge",
     "RandomIds",
+    "RetryPolicy",
     "RetryableAgentError",
     "RuntimeConfig",
     "SchedulingError",
@@ -57,6 +60,7 @@ __all__ = [
     "StorageError",
     "SystemClock",
     "ThreadlineError",
+    "Turn",
     "Unauthorized",
     "ValidationFailed",
 ]
