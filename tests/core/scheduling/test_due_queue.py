@@ -255,3 +255,15 @@ def test_backoff_bounds() -> None:
             delay = backoff_ms(stalls, config, rng)
             assert -(-ceiling // 2) <= delay <= ceiling
     assert backoff_ms(100, config, rng) <= 300_000
+
+
+def test_stale_due_completion_keeps_the_producer_deadline(
+    queue: DueQueue, clock: ManualClock
+) -> None:
+    now = clock.now_ms()
+    queue.enroll(HOST, now)
+    charged = queue.claim(_lane(queue), now)
+    assert charged is not None
+    queue.enroll(HOST, now, progress=True)
+    assert not queue.complete(charged, now + 50_000)
+    assert _lane(queue).due_at == now

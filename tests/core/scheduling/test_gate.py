@@ -205,3 +205,33 @@ def test_ensure_alarm_covers_a_dirty_new_object(
     assert storage.known_alarm() == clock.now_ms() + sched.config.min_alarm_delay_ms
     sched.gate.ensure_alarm()
     assert storage.known_alarm() == clock.now_ms() + sched.config.min_alarm_delay_ms
+
+
+def test_record_progress_alone_arms_the_alarm(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock
+) -> None:
+    storage.transaction(lambda: sched.gate.record_progress([HOST]))
+    assert storage.known_alarm() == clock.now_ms() + sched.config.min_alarm_delay_ms
+    lane = sched.due_queue.get(HOST)
+    assert lane is not None and lane.due_at == clock.now_ms()
+
+
+@run_async
+async def test_native_stays_active_until_release_other_lanes_free_after_commit(
+    sched: Scheduler,
+) -> None:
+    gate_point = sched.failpoints.block_at("maintenance:mutation:finished")
+
+    async def producer() -> None:
+        async with sched.gate.mutation(lanes=[HOST]):
+            pass
+
+    task = asyncio.create_task(producer())
+    await asyncio.wait_for(gate_point.arrived.wait(), 1)
+    assert sched.gate.active_lanes() == frozenset({NATIVE})
+    with sched.gate.snapshot() as active:
+        assert active == 1
+    gate_point.release()
+    await asyncio.wait_for(task, 1)
+    assert sched.gate.active_lanes() == frozenset()
+    assert sched.gate.active == 0

@@ -1,0 +1,360 @@
+"""Random interleavings of producers, maintenance waves and evictions keep the alarm invariant.
+
+One SQLite database survives the whole run, like an object's storage; every in-memory part
+(due queue, alarm service, gate, running mutations and waves) is dropped on eviction and rebuilt
+from the same storage, followed by the start-up ``ensure_alarm``.
+
+After every step: if any lane is due, the slot is set no later than ``max(earliest due, now +
+min_delay)``; if none is due, the slot is empty (nothing stale forces work); and a generation
+that is not processed always has its native lane due.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from threadline.clock import ManualClock
+from threadline.config import RuntimeConfig
+from threadline.errors import Evicted
+from threadline.scheduling import (
+    NATIVE,
+    PUBLICATION,
+    Lane,
+    Scheduler,
+    backoff_ms,
+    build_scheduler,
+)
+from threadline.scheduling import state as gen
+from threadline.storage import SqliteStorage, migrate
+
+LANES = ("alpha", "beta.sync", PUBLICATION)
+lane_sets = st.lists(st.sampled_from(LANES), max_size=2, unique=True)
+
+
+class Boom(Exception):
+    pass
+
+
+@dataclass
+class AsyncProducer:
+    task: asyncio.Task[None]
+    release: asyncio.Event
+    recovery: bool
+    entered: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass(frozen=True)
+class Wave:
+    lane: Lane
+    generation: int
+    active_at_claim: int
+
+
+class AlarmInvariant(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.config = RuntimeConfig(
+            alarm_backoff_base_ms=1_000, alarm_backoff_cap_ms=60_000, park_after_stalls=3
+        )
+        self.clock = ManualClock(start_ms=1_000_000)
+        self.storage = SqliteStorage(":memory:")
+        migrate(self.storage)
+        self.loop = asyncio.new_event_loop()
+        self.producers: list[AsyncProducer] = []
+        self.waves: dict[str, Wave] = {}
+        self.pass_scope: Any = None
+        self.incarnation = 0
+        self.rng = random.Random(0)
+        # Producer enrollments not yet served by an idle completion: lane -> revision.
+        self.seen: dict[str, int] = {}
+        self.obligations: dict[str, int] = {}
+        self.sched = self._start()
+
+    def _start(self) -> Scheduler:
+        self.incarnation += 1
+        sched = build_scheduler(
+            self.storage, self.clock, self.config, random.Random(self.incarnation)
+        )
+        sched.gate.ensure_alarm()
+        return sched
+
+    def teardown(self) -> None:
+        self._drop_in_memory()
+        self.loop.close()
+        self.storage.close()
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _drop_in_memory(self) -> None:
+        for producer in self.producers:
+            producer.task.cancel()
+        if self.producers:
+            self.loop.run_until_complete(
+                asyncio.gather(*(p.task for p in self.producers), return_exceptions=True)
+            )
+        self.producers.clear()
+        self.waves.clear()
+        self.pass_scope = None
+
+    def _spin(self, until: Any) -> None:
+        for _ in range(50):
+            if until():
+                return
+            self.loop.run_until_complete(asyncio.sleep(0))
+
+    def _fact(self, progress: bool) -> None:
+        self.storage.exec("INSERT INTO facts (v) VALUES (1)")
+        if progress:
+            self.sched.gate.record_progress([])
+
+    def _observe_producers(self) -> None:
+        # Only a producer enrollment bumps a revision; claims and completions never do.
+        for lane in self.sched.due_queue.lanes():
+            if lane.revision > self.seen.get(lane.id, 0):
+                self.obligations[lane.id] = lane.revision
+            self.seen[lane.id] = lane.revision
+
+    def _begin_pass(self) -> None:
+        if self.pass_scope is None:
+            self.pass_scope = self.sched.alarm.wakes_deferred()
+            self.pass_scope.__enter__()
+
+    def _end_pass_if_idle(self) -> None:
+        if not self.waves and self.pass_scope is not None:
+            self.pass_scope.__exit__(None, None, None)
+            self.pass_scope = None
+
+    def _claim(self, lane: Lane) -> None:
+        now = self.clock.now_ms()
+        generation = gen.read_state(self.storage).dirty
+        active = self.sched.gate.active
+
+        def charge() -> Lane | None:
+            charged = self.sched.due_queue.claim(lane, now)
+            self.sched.alarm.decide(now)
+            return charged
+
+        charged = self.storage.transaction(charge)
+        if charged is not None:
+            self.waves[lane.id] = Wave(charged, generation, active)
+
+    def _complete(self, wave: Wave, outcome: str, delay: int) -> None:
+        self._observe_producers()
+        now = self.clock.now_ms()
+        lane = wave.lane
+        with self.sched.gate.snapshot() as active:
+            # A producer between prearm and release may still commit for this lane.
+            if lane.id in self.sched.gate.active_lanes():
+                return
+            if outcome == "idle":
+                next_due = None
+            elif outcome == "more":
+                next_due = now + delay
+            else:
+                next_due = now + backoff_ms(lane.stalls, self.config, self.rng)
+
+            def checkpoint() -> None:
+                done = self.sched.due_queue.complete(lane, next_due)
+                if done and next_due is None and self.obligations.get(lane.id, 0) <= lane.revision:
+                    self.obligations.pop(lane.id, None)
+                if done and lane.id == NATIVE and next_due is None:
+                    # Certify only a generation no mutation overlapped; otherwise the pass
+                    # keeps native work due, as its final decision does.
+                    if active == 0 and wave.active_at_claim == 0:
+                        gen.acknowledge(self.storage, wave.generation)
+                    state = gen.read_state(self.storage)
+                    if state.dirty > state.processed:
+                        self.sched.due_queue.checkpoint_native(
+                            now + self.config.min_alarm_delay_ms
+                        )
+                self.sched.alarm.decide(now)
+
+            self.storage.transaction(checkpoint)
+
+    # -- rules -----------------------------------------------------------------------------
+
+    @initialize()
+    def facts_table(self) -> None:
+        self.storage.exec("CREATE TABLE IF NOT EXISTS facts (v INTEGER)")
+
+    @rule(ms=st.integers(0, 5_000))
+    def advance(self, ms: int) -> None:
+        self.clock.advance(ms)
+
+    @rule(lanes=lane_sets, recovery=st.booleans(), progress=st.booleans(), fail=st.booleans())
+    def mutate(self, lanes: list[str], recovery: bool, progress: bool, fail: bool) -> None:
+        def body() -> None:
+            self._fact(progress)
+            if fail:
+                raise Boom
+
+        with contextlib.suppress(Boom):
+            self.sched.gate.mutate(body, lanes=lanes, invalidates_recovery=recovery)
+
+    @rule(
+        lanes=lane_sets,
+        recovery=st.booleans(),
+        where=st.sampled_from(["maintenance:dirty:before", "maintenance:dirty:after"]),
+    )
+    def mutate_evicted(self, lanes: list[str], recovery: bool, where: str) -> None:
+        self.sched.failpoints.evict_at(where)
+        try:
+            self.sched.gate.mutate(lambda: self._fact(True), lanes=lanes,
+                                   invalidates_recovery=recovery)
+        except Evicted:
+            self._evict()
+        else:  # pragma: no cover - the failpoint always fires
+            raise AssertionError("failpoint did not fire")
+
+    @precondition(lambda self: len(self.producers) < 3)
+    @rule(lanes=lane_sets, recovery=st.booleans(), progress=st.booleans(),
+          fail=st.sampled_from(["no", "before-commit", "after-commit"]))
+    def begin_mutation(self, lanes: list[str], recovery: bool, progress: bool, fail: str) -> None:
+        release = asyncio.Event()
+        gate = self.sched.gate
+        entered = asyncio.Event()
+
+        async def producer() -> None:
+            async with gate.mutation(lanes=lanes, invalidates_recovery=recovery):
+                entered.set()
+                await release.wait()
+                if fail == "before-commit":
+                    raise Boom
+                self.storage.transaction(lambda: self._fact(progress))
+                if fail == "after-commit":
+                    raise Boom
+
+        task = self.loop.create_task(producer())
+        self.producers.append(AsyncProducer(task, release, recovery, entered))
+        self._spin(lambda: entered.is_set() or task.done())
+
+    @precondition(lambda self: bool(self.producers))
+    @rule(data=st.data())
+    def finish_mutation(self, data: st.DataObject) -> None:
+        producer = self.producers.pop(data.draw(st.integers(0, len(self.producers) - 1)))
+        producer.release.set()
+        self.loop.run_until_complete(asyncio.gather(producer.task, return_exceptions=True))
+
+    @rule(lane=st.sampled_from((*LANES, NATIVE)), delay=st.integers(-1_000, 120_000),
+          cursor=st.none() | st.integers(0, 6))
+    def schedule(self, lane: str, delay: int, cursor: int | None) -> None:
+        self.sched.gate.schedule(lane, self.clock.now_ms() + delay, cursor)
+
+    @rule(data=st.data())
+    def claim(self, data: st.DataObject) -> None:
+        due = [lane for lane in self.sched.due_queue.due(self.clock.now_ms(), 20)
+               if lane.id not in self.waves]
+        if not due:
+            return
+        self._begin_pass()
+        self._claim(data.draw(st.sampled_from(due)))
+        self._end_pass_if_idle()
+
+    @precondition(lambda self: bool(self.waves))
+    @rule(data=st.data(), outcome=st.sampled_from(["idle", "more", "fail"]),
+          delay=st.integers(0, 10_000))
+    def complete(self, data: st.DataObject, outcome: str, delay: int) -> None:
+        lane_id = data.draw(st.sampled_from(sorted(self.waves)))
+        self._complete(self.waves.pop(lane_id), outcome, delay)
+        self._end_pass_if_idle()
+
+    @rule()
+    def schedule_now(self) -> None:
+        before = self.storage.meter.reading()
+        slot = self.storage.known_alarm()
+        self.sched.alarm.schedule_now()
+        if self.pass_scope is not None:
+            assert self.storage.meter.reading() == before
+            assert self.storage.known_alarm() == slot
+
+    @precondition(lambda self: not self.waves)
+    @rule()
+    def fire(self) -> None:
+        slot = self.storage.known_alarm()
+        if slot is None:
+            return
+        self.clock.set(max(self.clock.now_ms(), slot))
+        assert self.storage.take_due_alarm(self.clock.now_ms()) == slot
+        self._begin_pass()
+        for lane in self.sched.due_queue.due(self.clock.now_ms(), 50):
+            self._claim(lane)
+        for lane_id in sorted(self.waves):
+            self._complete(self.waves.pop(lane_id), "idle", 0)
+        self.sched.alarm.decide()
+        self._end_pass_if_idle()
+
+    @rule()
+    def evict(self) -> None:
+        self._evict()
+
+    def _evict(self) -> None:
+        self._drop_in_memory()
+        self.sched = self._start()
+
+    # -- invariants ------------------------------------------------------------------------
+
+    @invariant()
+    def alarm_covers_due_work(self) -> None:
+        earliest = self.sched.due_queue.next()
+        slot = self.storage.known_alarm()
+        if earliest is not None:
+            bound = max(earliest, self.clock.now_ms() + self.config.min_alarm_delay_ms)
+            assert slot is not None, "due work without an alarm"
+            assert slot <= bound, f"alarm {slot} later than {bound}"
+        else:
+            assert slot is None, "a stale alarm would force an empty pass"
+
+    @invariant()
+    def producer_work_stays_due_until_served(self) -> None:
+        self._observe_producers()
+        for lane_id in self.obligations:
+            lane = self.sched.due_queue.get(lane_id)
+            assert lane is not None and lane.due_at is not None, f"{lane_id} work was dropped"
+
+    @invariant()
+    def no_acknowledgement_while_a_mutation_is_in_flight(self) -> None:
+        in_flight = [p for p in self.producers
+                     if p.recovery and p.entered.is_set() and not p.task.done()]
+        if in_flight:
+            state = gen.read_state(self.storage)
+            assert state.dirty > state.processed, "acknowledged under a mutation in flight"
+
+    @invariant()
+    def dirty_generation_keeps_native_due(self) -> None:
+        state = gen.read_state(self.storage)
+        if state.dirty > state.processed:
+            native = self.sched.due_queue.get(NATIVE)
+            assert native is not None and native.due_at is not None
+
+    @invariant()
+    def lanes_are_consistent(self) -> None:
+        for lane in self.sched.due_queue.lanes():
+            if lane.stalls >= self.config.park_after_stalls:
+                assert lane.state == "parked"
+            if lane.state == "parked":
+                assert lane.due_at is not None and lane.due_at >= lane.not_before
+
+
+AlarmInvariant.TestCase.settings = settings(
+    max_examples=200,
+    stateful_step_count=30,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestAlarmInvariant = AlarmInvariant.TestCase
