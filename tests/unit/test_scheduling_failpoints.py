@@ -3,7 +3,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from sched_support import run_async
 
 from threadline.errors import Evicted, SchedulingError
 from threadline.scheduling import (
@@ -56,8 +55,11 @@ def test_async_handler_refused_at_a_sync_site() -> None:
     gate.release()
 
 
-@run_async
-async def test_block_at_pauses_a_coroutine_until_released() -> None:
+def test_block_at_pauses_a_coroutine_until_released() -> None:
+    asyncio.run(_block_at())
+
+
+async def _block_at() -> None:
     points = Failpoints()
     gate = points.block_at("maintenance:finish:before")
     task = asyncio.create_task(points.reached("maintenance:finish:before"))
