@@ -33,7 +33,7 @@ from threadline.threads.model import (
     digest,
     encode_json,
 )
-from threadline.threads.ports import NATIVE, PUBLICATION, MutationGate
+from threadline.threads.ports import NATIVE, PUBLICATION, MutationGate, commit_fact
 
 # Both scans name exactly the predicate of the partial index tl_submissions_open, so their
 # cost follows open work, however much settled history the object holds.
@@ -196,11 +196,10 @@ class Ledger:
                 _INSERT, submission_id, thread_id, seq, agent, idempotency_key, input_json,
                 input_digest, now, now,
             )
-            # A new submission is a real new fact for the native lane, not a replayed hint.
-            self.gate.record_progress(())
             return Admission(self.get(submission_id), created=True)
 
-        return self.gate.mutate(write)
+        # A new submission is a real new fact for the native lane, not a replayed hint.
+        return commit_fact(self.gate, write)
 
     def _replayed(self, thread_id: str, key: str, input_digest: str) -> Submission | None:
         row = self.storage.exec(_BY_KEY, thread_id, key).first()
@@ -242,7 +241,7 @@ class Ledger:
                 raise Conflict("the submission changed while it was being aborted")
             return self.get(submission_id)
 
-        return self.gate.mutate(write, lanes=(NATIVE, PUBLICATION))
+        return commit_fact(self.gate, write, (NATIVE, PUBLICATION))
 
     def decide_approval(
         self, submission_id: str, key: str, *, approved: bool, payload: JsonValue = None
@@ -272,7 +271,7 @@ class Ledger:
             self._wake_if_unblocked(current, now)
             return decision
 
-        return self.gate.mutate(write, lanes=(NATIVE,))
+        return commit_fact(self.gate, write)
 
     def resolve_unknown(
         self, submission_id: str, action: Resolution | str, result: JsonValue = None
@@ -313,7 +312,7 @@ class Ledger:
             self._wake_if_unblocked(current, now)
             return self.get(submission_id)
 
-        return self.gate.mutate(write, lanes=(NATIVE,))
+        return commit_fact(self.gate, write)
 
     def _wake_if_unblocked(self, current: Submission, now: int) -> None:
         """``suspended|unknown -> ready`` once the submission has no open wait left."""

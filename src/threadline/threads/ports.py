@@ -49,4 +49,22 @@ class Failpoints(Protocol):
 
 
 
-__all__ = ["MESSAGES", "NATIVE", "PUBLICATION", "Failpoints", "MutationGate"]
+def commit_fact(gate: MutationGate, fn: Callable[[], T], lanes: Sequence[str] = (NATIVE,)) -> T:
+    """Commit ``fn`` as a real new fact for ``lanes``: its rows, their progress and the alarm.
+
+    One transaction through the gate. The body is synchronous, so its facts and their
+    enrollment commit together; the gate's prearm (the crash fallback of bodies that await)
+    would only enroll the same lanes a second time, so it is skipped. Recording progress
+    advances the generation for native (and publication) work and replenishes the lanes'
+    retry budget, as a new fact should.
+    """
+
+    def body() -> T:
+        result = fn()
+        gate.record_progress(lanes)
+        return result
+
+    return gate.mutate(body, invalidates_recovery=False)
+
+
+__all__ = ["MESSAGES", "NATIVE", "PUBLICATION", "Failpoints", "MutationGate", "commit_fact"]

@@ -36,7 +36,7 @@ from threadline.threads.model import (
     WorkItem,
     encode_json,
 )
-from threadline.threads.ports import NATIVE, PUBLICATION, MutationGate
+from threadline.threads.ports import NATIVE, PUBLICATION, MutationGate, commit_fact
 
 
 class RecoveryDecision(StrEnum):
@@ -159,9 +159,8 @@ class Recovery:
                                     revision=item.revision, to=SubmissionState.READY, now=now,
                                     error=_lease_error(item)):
                 raise _Stale
-            self.gate.record_progress(())
 
-        self.gate.mutate(write)
+        commit_fact(self.gate, write)
         return RecoveryReport(item.submission_id, item.thread_id, RecoveryDecision.RE_READY,
                               Disposition.REPAIRED)
 
@@ -176,9 +175,8 @@ class Recovery:
                                     revision=item.revision, to=SubmissionState.UNKNOWN, now=now):
                 raise _Stale
             # Later input of the Thread may run past an Unknown Outcome: that is native work.
-            self.gate.record_progress(())
 
-        self.gate.mutate(write)
+        commit_fact(self.gate, write)
         return RecoveryReport(item.submission_id, item.thread_id,
                               RecoveryDecision.UNKNOWN_OUTCOME, Disposition.UNKNOWN, step_key)
 
@@ -195,9 +193,8 @@ class Recovery:
             if not transitions.move(self.storage, item.submission_id, state=item.state,
                                     revision=item.revision, to=SubmissionState.READY, now=now):
                 raise _Stale
-            self.gate.record_progress(())
 
-        self.gate.mutate(write)
+        commit_fact(self.gate, write)
         return RecoveryReport(item.submission_id, item.thread_id, RecoveryDecision.APPLY_TIMER,
                               Disposition.REPAIRED)
 
@@ -216,9 +213,8 @@ class Recovery:
                                       state=item.state, revision=item.revision, outcome=outcome,
                                       now=now, error=error):
                 raise _Stale
-            self.gate.record_progress(())
 
-        self.gate.mutate(write, lanes=(NATIVE, PUBLICATION))
+        commit_fact(self.gate, write, (NATIVE, PUBLICATION))
         return RecoveryReport(item.submission_id, item.thread_id, decision, Disposition.SETTLED)
 
 

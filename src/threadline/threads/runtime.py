@@ -42,7 +42,13 @@ from threadline.threads.model import (
     encode_json,
     error_envelope,
 )
-from threadline.threads.ports import NATIVE, PUBLICATION, Failpoints, MutationGate
+from threadline.threads.ports import (
+    NATIVE,
+    PUBLICATION,
+    Failpoints,
+    MutationGate,
+    commit_fact,
+)
 from threadline.threads.recovery import Recovery, RecoverySweepResult
 from threadline.threads.signals import AbortObserved, LeaseLost, Suspend, YieldNow
 from threadline.threads.turn import Claim, Turn
@@ -195,7 +201,10 @@ class ThreadRuntime:
     def _end(self, fn: Callable[[], None], *, lanes: tuple[str, ...] = ()) -> None:
         """Commit the end of an Attempt that does not settle; a lost claim changes nothing."""
         try:
-            self.gate.mutate(fn, lanes=lanes, invalidates_recovery=False)
+            if lanes:
+                commit_fact(self.gate, fn, lanes)
+            else:
+                self.gate.mutate(fn, invalidates_recovery=False)
         except LeaseLost:
             return
 
@@ -232,7 +241,6 @@ class ThreadRuntime:
             outbox.publish(self.storage, record_id=f"{submission.id}:approval:{signal.wait_key}",
                            thread_id=submission.thread_id, kind=APPROVAL_REQUESTED_KIND,
                            body_json=encode_json(body), now=now)
-            self.gate.record_progress(())
 
     async def _settle(
         self,
@@ -259,13 +267,12 @@ class ThreadRuntime:
                                       outcome=final, now=now, result_json=final_result,
                                       error=final_error):
                 raise LeaseLost(submission.id)
-            self.gate.record_progress(())
             return Settlement(submission.id, submission.thread_id, final,
                               decode_json(final_result), final_error)
 
         try:
             # Settling frees the Thread's next input: native work, published with the record.
-            settlement = self.gate.mutate(write, lanes=(PUBLICATION,))
+            settlement = commit_fact(self.gate, write, (NATIVE, PUBLICATION))
         except LeaseLost:
             return None
         await self.failpoints.reached(SETTLE_AFTER)
@@ -281,10 +288,9 @@ class ThreadRuntime:
                                       state=item.state, revision=item.revision, outcome=outcome,
                                       now=self.clock.now_ms(), error=error):
                 return None
-            self.gate.record_progress(())
             return Settlement(item.submission_id, item.thread_id, outcome, None, error)
 
-        return self.gate.mutate(write, lanes=(PUBLICATION,))
+        return commit_fact(self.gate, write, (NATIVE, PUBLICATION))
 
 
 __all__ = [

@@ -36,7 +36,7 @@ from threadline.threads.model import (
     encode_json,
     error_envelope,
 )
-from threadline.threads.ports import MESSAGES, PUBLICATION, Failpoints, MutationGate
+from threadline.threads.ports import MESSAGES, PUBLICATION, Failpoints, MutationGate, commit_fact
 from threadline.threads.signals import AbortObserved, LeaseLost, Suspend, YieldNow
 
 _FENCE = "SELECT state, revision, lease_owner FROM tl_submissions WHERE id = ?"
@@ -329,9 +329,12 @@ class Turn:
                 raise LeaseLost(self.submission_id)
             fn()
 
-        # Writes inside a claimed Attempt add no work for anyone else: the claim's lease
-        # deadline already stands on the native lane.
-        self._gate.mutate(fenced, lanes=lanes, invalidates_recovery=False)
+        # Journal writes add no work for anyone else (the claim's lease deadline already stands
+        # on the native lane); records and messages are new facts for their lanes.
+        if lanes:
+            commit_fact(self._gate, fenced, lanes)
+        else:
+            self._gate.mutate(fenced, invalidates_recovery=False)
 
 
 __all__ = ["EMIT_COMMITTED", "STEP_FINISHED", "STEP_STARTED", "Claim", "RetryPolicy", "Turn"]
