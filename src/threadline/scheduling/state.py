@@ -104,17 +104,15 @@ class MaintenanceState:
         return self.recovery_event_seq > self.recovery_event_ack
 
     def caught_up(self, native: Lane | None, now: int) -> bool:
-        """The O(1) check of a pass: nothing native to do at ``now``.
+        """The O(1) check at the start of a pass: no native work is owed at ``now``.
 
-        True when the generation is processed, or a pending retry or the native lane's floor
-        holds native work back, or the native lane is not due.
+        True when the generation is processed, no native retry is pending for it, and the
+        native lane is not due at ``now`` (a timer or lease deadline scheduled on the native
+        lane is owed work even when the generation is processed).
         """
-        if self.processed >= self.dirty:
-            return True
-        retry = self.pending_retry
-        if retry is not None and retry.not_before > now:
-            return True
-        return native is None or native.due_at is None or native.not_before > now
+        if self.processed < self.dirty or self.pending_retry is not None:
+            return False
+        return native is None or native.due_at is None or native.due_at > now
 
 
 def ensure_state(storage: Storage) -> None:

@@ -88,12 +88,14 @@ def test_caught_up_is_one_row_plus_the_native_lane(
 ) -> None:
     now = clock.now_ms()
     state = read_state(storage)
-    assert state.caught_up(None, now)  # dirty, but the native lane is not due
-    sched.due_queue.enroll(NATIVE, now)
+    assert not state.caught_up(None, now)  # a new object is dirty
+    st.acknowledge(storage, state.dirty)
+    assert read_state(storage).caught_up(None, now)
+    sched.due_queue.enroll(NATIVE, now + 10)  # e.g. a timer on the native lane
     native = sched.due_queue.get(NATIVE)
-    assert not state.caught_up(native, now)
-    st.set_retry(storage, NativeRetry(state.dirty, now + 10, True, 1))
     assert read_state(storage).caught_up(native, now)
     assert not read_state(storage).caught_up(native, now + 10)
-    st.acknowledge(storage, state.dirty)
-    assert read_state(storage).caught_up(native, now + 10)
+    st.set_retry(storage, NativeRetry(state.dirty, now + 10, True, 1))
+    assert not read_state(storage).caught_up(None, now)
+    st.bump_dirty(storage)
+    assert read_state(storage).pending_retry is None
