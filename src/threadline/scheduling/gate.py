@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, suppress
 from contextvars import ContextVar
 from typing import TypeVar
 
@@ -135,7 +135,10 @@ class MutationGate:
             self._notify()
             await self._failpoints.reached("maintenance:mutation:finished")
         finally:
-            _current_lanes.reset(token)
+            # An abandoned body may be finalised from another context; the lanes view then
+            # belongs to a context that no longer runs, so there is nothing to restore.
+            with suppress(ValueError):
+                _current_lanes.reset(token)
             self._release(held)
             self._active = max(0, self._active - 1)
             self._notify()

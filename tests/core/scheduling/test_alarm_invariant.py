@@ -242,6 +242,29 @@ class AlarmInvariant(RuleBasedStateMachine):
         self.producers.append(AsyncProducer(task, release, recovery, entered))
         self._spin(lambda: entered.is_set() or task.done())
 
+    @rule(
+        lanes=lane_sets,
+        recovery=st.booleans(),
+        where=st.sampled_from([
+            "maintenance:dirty:before",
+            "maintenance:dirty:after",
+            "maintenance:mutation:armed",
+            "maintenance:mutation:finished",
+        ]),
+    )
+    def mutation_evicted(self, lanes: list[str], recovery: bool, where: str) -> None:
+        self.sched.failpoints.evict_at(where)
+        gate = self.sched.gate
+
+        async def producer() -> None:
+            async with gate.mutation(lanes=lanes, invalidates_recovery=recovery):
+                self.storage.transaction(lambda: self._fact(True))
+
+        task = self.loop.create_task(producer())
+        self.loop.run_until_complete(asyncio.gather(task, return_exceptions=True))
+        assert isinstance(task.exception(), Evicted)
+        self._evict()
+
     @precondition(lambda self: bool(self.producers))
     @rule(data=st.data())
     def finish_mutation(self, data: st.DataObject) -> None:
