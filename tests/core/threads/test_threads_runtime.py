@@ -35,6 +35,9 @@ def test_one_step_submission_completes_and_publishes_once(make_harness: MakeHarn
         return app
 
     h = make_harness(build)
+    # As after a pass that found nothing to do: lanes idle, alarm cleared.
+    h.storage.exec("UPDATE tl_lanes SET due_at = NULL, state = 'idle'")
+    h.storage.delete_alarm()
     start = h.storage.meter.reading()
     sub = h.admit("a", 41)
     settlement = run(h.runtime.process_thread_head("a"))
@@ -48,7 +51,10 @@ def test_one_step_submission_completes_and_publishes_once(make_harness: MakeHarn
     # Measured for the closing note: rows written from admission to settlement.
     print(f"one-step submission: rows_written={cost.rows_written} "
           f"alarm_writes={cost.alarm_writes} statements={cost.statements}")
-    assert cost.rows_written <= 30
+    # 6 ledger rows (thread, submission, claim, journal, settlement, outbox) plus the gate's
+    # lane enrollments and generation bumps; a regression guard, not an exact figure.
+    assert cost.alarm_writes == 1
+    assert cost.rows_written <= 14
 
 
 def test_steps_replay_from_the_journal(make_harness: MakeHarness, effects: Effects) -> None:
