@@ -180,9 +180,8 @@ class Turn:
             except Exception as exc:
                 if not policy.retries(exc, tried):
                     if effect is StepEffect.UNCERTAIN:
-                        failed = encode_json(error_envelope(exc, attempt=self.attempt))
-                        self._write(lambda failed=failed: self._journal(  # type: ignore[misc]
-                            key, position, effect, StepState.FAILED, error_json=failed))
+                        # It returned control, so it is no longer in flight: not Unknown.
+                        self._record_failure(key, position, effect, exc)
                     raise
                 await self._clock.sleep_until(self._clock.now_ms() + policy.delay_ms(tried))
         try:
@@ -298,6 +297,13 @@ class Turn:
             raise AbortObserved(self.submission_id)
         if self._yield_after is not None and self._clock.now_ms() >= self._yield_after:
             raise YieldNow(self.submission_id)
+
+    def _record_failure(
+        self, key: str, position: int, effect: StepEffect, exc: Exception
+    ) -> None:
+        error_json = encode_json(error_envelope(exc, attempt=self.attempt))
+        self._write(lambda: self._journal(
+            key, position, effect, StepState.FAILED, error_json=error_json))
 
     def _journal(
         self,

@@ -494,3 +494,52 @@ def test_step_retry_policy_retries_inside_the_attempt(
     assert effects.count("call") == 3
     with pytest.raises(ValueError):
         RetryPolicy(max_attempts=0)
+
+
+def test_an_uncertain_step_that_raised_is_not_unknown(
+    make_harness: MakeHarness, effects: Effects
+) -> None:
+    def build(config: RuntimeConfig) -> Application:
+        app = Application(config)
+
+        @app.agent("pay")
+        async def pay(turn: Turn) -> Any:
+            def charge() -> int:
+                if effects.hit("charge") == 1:
+                    raise ConnectionError("refused")
+                return 1
+
+            return await turn.step("charge", charge, effect="uncertain")
+
+        return app
+
+    h = make_harness(build)
+    sub = h.admit("a", None, agent="pay")
+    assert run(h.runtime.process_thread_head("a")) is None
+    entry = h.storage.exec("SELECT state FROM tl_journal").one()
+    assert entry["state"] == "failed"
+    h.clock.set(h.get(sub.id).not_before)
+    assert run(h.runtime.process_thread_head("a")).result == 1
+    assert effects.count("charge") == 2
+
+
+def test_catching_exception_cannot_swallow_a_suspension(make_harness: MakeHarness) -> None:
+    def build(config: RuntimeConfig) -> Application:
+        app = Application(config)
+
+        @app.agent("greedy")
+        async def greedy(turn: Turn) -> Any:
+            try:
+                await turn.approval("go")
+            except Exception:
+                return "swallowed"
+            return "approved"
+
+        return app
+
+    h = make_harness(build)
+    sub = h.admit("a", None, agent="greedy")
+    assert run(h.runtime.process_thread_head("a")) is None
+    assert h.get(sub.id).state is SubmissionState.SUSPENDED
+    h.ledger.decide_approval(sub.id, "go", approved=True)
+    assert run(h.runtime.process_thread_head("a")).result == "approved"
