@@ -242,3 +242,16 @@ def test_stale_due_completion_keeps_the_producer_deadline(
     queue.enroll(HOST, now, progress=True)
     assert not queue.complete(charged, now + 50_000)
     assert _lane(queue).due_at == now
+
+
+def test_parked_reports_cover_every_parked_lane_once(
+    queue: DueQueue, clock: ManualClock, config: RuntimeConfig
+) -> None:
+    for lane_id in ("a", "b"):
+        queue.enroll(lane_id, clock.now_ms())
+        for _ in range(config.park_after_stalls):
+            charged = queue.claim(_lane(queue, lane_id), clock.now_ms())
+            assert charged is not None
+    assert [lane.id for lane in queue.take_parked_reports()] == ["a", "b"]
+    assert queue.take_parked_reports() == []
+    assert {lane.id: lane.reported for lane in queue.lanes()} == {"a": True, "b": True}

@@ -235,3 +235,38 @@ async def test_native_stays_active_until_release_other_lanes_free_after_commit(
     await asyncio.wait_for(task, 1)
     assert sched.gate.active_lanes() == frozenset()
     assert sched.gate.active == 0
+
+
+def test_eviction_inside_the_body_commits_nothing(
+    sched: Scheduler, storage: SqliteStorage
+) -> None:
+    _facts(storage)
+    before = read_state(storage)
+
+    def body() -> None:
+        storage.exec("INSERT INTO facts VALUES (1)")
+        sched.failpoints.hit("settle:before")
+
+    sched.failpoints.evict_at("settle:before")
+    with pytest.raises(Evicted):
+        sched.gate.mutate(body, lanes=[HOST])
+    assert (_facts(storage), read_state(storage), storage.known_alarm()) == (0, before, None)
+    assert sched.due_queue.get(HOST) is None
+
+
+def test_schedule_publication_progress_is_native_progress(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock
+) -> None:
+    now = clock.now_ms()
+    before = read_state(storage).dirty
+    sched.gate.schedule(PUBLICATION, now, progress_cursor=1)
+    native = sched.due_queue.get(NATIVE)
+    assert native is not None and native.due_at == now and native.stalls == 0
+    assert read_state(storage).dirty == before + 1
+
+
+def test_lanes_must_be_ids_not_a_string(sched: Scheduler) -> None:
+    with pytest.raises(SchedulingError):
+        sched.gate.mutate(lambda: None, lanes="abc")
+    with pytest.raises(SchedulingError):
+        sched.gate.mutate(lambda: None, lanes=["threadline:bogus"])
