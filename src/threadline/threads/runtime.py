@@ -104,10 +104,7 @@ class ThreadRuntime:
         An Unknown Outcome steps aside so later input is not held hostage by an operator
         decision; every other state, including a suspension, keeps FIFO order.
         """
-        for item in self.ledger.thread_open(thread_id):
-            if item.state not in (SubmissionState.UNKNOWN, SubmissionState.JOINED):
-                return item
-        return None
+        return _head_of(self.ledger.thread_open(thread_id))
 
     async def process_thread_head(
         self, thread_id: str, *, yield_after: int | None = None
@@ -126,7 +123,7 @@ class ThreadRuntime:
         # One active head per Thread; an expired lease is recovery's to decide, not ours.
         if any(item.state is SubmissionState.RUNNING for item in items):
             return None
-        head = self.head(thread_id)
+        head = _head_of(items)
         if head is None:
             return None
         if head.state is SubmissionState.TERMINALIZING:
@@ -291,6 +288,13 @@ class ThreadRuntime:
             return Settlement(item.submission_id, item.thread_id, outcome, None, error)
 
         return commit_fact(self.gate, write, (NATIVE, PUBLICATION))
+
+
+def _head_of(items: list[WorkItem]) -> WorkItem | None:
+    for item in items:
+        if item.state not in (SubmissionState.UNKNOWN, SubmissionState.JOINED):
+            return item
+    return None
 
 
 __all__ = [
