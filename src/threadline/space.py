@@ -14,6 +14,7 @@ from threadline.app import Application
 from threadline.clock import Clock, SystemClock
 from threadline.ids import IdSource, RandomIds
 from threadline.maintenance import run_pass
+from threadline.scheduling import Failpoints, Scheduler, build_scheduler
 from threadline.storage.port import Storage
 from threadline.storage.schema import migrate, schema_version
 
@@ -29,6 +30,7 @@ class Space:
         clock: Clock | None = None,
         rng: random.Random | None = None,
         ids: IdSource | None = None,
+        failpoints: Failpoints | None = None,
     ) -> None:
         self.app = app
         self.storage = storage
@@ -36,6 +38,9 @@ class Space:
         self.rng = rng if rng is not None else random.SystemRandom()
         self.ids: IdSource = ids if ids is not None else RandomIds(self.rng)
         self.schema_version = 0
+        self.scheduler: Scheduler = build_scheduler(
+            storage, self.clock, app.config, self.rng, failpoints
+        )
 
     async def start(self) -> None:
         """Bring the schema up to date and learn the alarm slot. Runs before any event."""

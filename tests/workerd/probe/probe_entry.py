@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 import time
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -19,6 +20,10 @@ from workers import DurableObject, Response
 
 from entry import Default as AppDefault
 from entry import ThreadObject
+from threadline.clock import SystemClock
+from threadline.config import RuntimeConfig
+from threadline.scheduling import NATIVE, build_scheduler, read_state
+from threadline.storage import migrate
 from threadline.storage.cloudflare import CloudflareStorage
 
 PREFIX = "/_probe/"
@@ -211,6 +216,54 @@ class StorageProbe(DurableObject):
                 "approximate": delta.approximate,
             }
         return figures
+
+    async def op_gate(self, fail: str, lane: str = "probe.lane") -> dict[str, Any]:
+        """One ``gate.mutate``: a fact, its lane enrollment, the generation and the alarm."""
+        migrate(self.storage)
+        await self.storage.get_alarm()
+        scheduler = build_scheduler(
+            self.storage, SystemClock(), RuntimeConfig(), random.Random(0)
+        )
+        key = f"gate-fact-{fail}"
+        dirty_before = read_state(self.storage).dirty
+
+        def body() -> None:
+            self.storage.exec("INSERT OR REPLACE INTO probe_items (k, v) VALUES (?, 'fact')", key)
+            if fail == "1":
+                raise Boom("the body failed")
+
+        raised = None
+        before = self.storage.meter.reading()
+        try:
+            scheduler.gate.mutate(body, lanes=[lane])
+        except Boom as exc:
+            raised = type(exc).__name__
+        mutate_cost = self.storage.meter.reading() - before
+        before = self.storage.meter.reading()
+        earliest = scheduler.due_queue.next()
+        next_cost = self.storage.meter.reading() - before
+        lanes = {}
+        for name in (lane, NATIVE):
+            row = scheduler.due_queue.get(name)
+            lanes[name] = None if row is None else {"due_at": row.due_at, "state": str(row.state)}
+        return {
+            "raised": raised,
+            "fact": self.count_where("probe_items", key),
+            "lanes": lanes,
+            "earliest_due": earliest,
+            "dirty_before": dirty_before,
+            "dirty_after": read_state(self.storage).dirty,
+            "now": now_ms(),
+            "min_delay": RuntimeConfig().min_alarm_delay_ms,
+            "mutate_cost": [mutate_cost.rows_read, mutate_cost.rows_written],
+            "mutate_alarm_writes": mutate_cost.alarm_writes,
+            "next_cost": [next_cost.rows_read, next_cost.rows_written],
+            **await self.state(),
+        }
+
+    def count_where(self, table: str, key: str) -> int:
+        rows = self.storage.exec(f"SELECT COUNT(*) AS n FROM {table} WHERE k = ?", key)
+        return int(rows.scalar())
 
     async def op_alarms(self) -> dict[str, Any]:
         """The rows ``alarm()`` wrote so far."""
