@@ -221,9 +221,7 @@ class StorageProbe(DurableObject):
         """One ``gate.mutate``: a fact, its lane enrollment, the generation and the alarm."""
         migrate(self.storage)
         await self.storage.get_alarm()
-        scheduler = build_scheduler(
-            self.storage, SystemClock(), RuntimeConfig(), random.Random(0)
-        )
+        scheduler = build_scheduler(self.storage, SystemClock(), RuntimeConfig(), random.Random(0))
         key = f"gate-fact-{fail}"
         dirty_before = read_state(self.storage).dirty
 
