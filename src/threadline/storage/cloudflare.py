@@ -36,6 +36,7 @@ Measured in real workerd (``tests/workerd``: miniflare 4.20260426.0, Pyodide 314
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -46,7 +47,9 @@ from threadline.storage.port import Row, Rows, SqlValue
 T = TypeVar("T")
 
 
+@functools.cache
 def _jsnull() -> Any:
+    # Cached: it is consulted for every value of every row.
     try:
         from pyodide import ffi
     except ImportError:  # pragma: no cover - only outside Pyodide
