@@ -83,9 +83,13 @@ ON CONFLICT (id) DO UPDATE SET
     cursor = max(tl_lanes.cursor, excluded.cursor),
     revision = tl_lanes.revision + 1
 """
+# A lane that was already parked keeps its stored report flag: the snapshot's copy may predate
+# take_parked_reports, and clearing it would report the same parking twice.
 _CLAIM = """
-UPDATE tl_lanes SET due_at = ?, not_before = ?, stalls = ?, state = ?, reported = ?
+UPDATE tl_lanes SET due_at = ?, not_before = ?, stalls = ?, state = ?,
+    reported = CASE WHEN state = 'parked' AND ? = 'parked' THEN reported ELSE 0 END
 WHERE id = ? AND revision = ? AND stalls = ? AND due_at IS NOT NULL
+RETURNING reported
 """
 _COMPLETE_IDLE = """
 UPDATE tl_lanes SET due_at = NULL, not_before = 0, stalls = 0, state = 'idle', reported = 0
@@ -241,7 +245,8 @@ class DueQueue:
         another claim since the snapshot makes this one a no-op, so a duplicate claim never
         charges twice. The charged lane is due again at the crash-fallback deadline (its new
         retry floor) in case the object is lost mid-wave; at ``park_after_stalls`` it is parked
-        at the hourly ceiling with ``reported`` cleared, exactly once per parking.
+        at the hourly ceiling with ``reported`` cleared when it newly parks; a lane already
+        parked keeps its stored flag, so each parking is reported once.
         """
         if lane.due_at is None:
             return None
@@ -249,17 +254,16 @@ class DueQueue:
         if stalls >= self._config.park_after_stalls:
             state = LaneState.PARKED
             due = now + PARKED_RETRY_MS
-            reported = lane.reported if lane.state is LaneState.PARKED else False
         else:
             state = LaneState.DUE
             due = now + backoff_ms(stalls, self._config, self._rng)
-            reported = False
-        written = self._storage.exec(
-            _CLAIM, due, due, stalls, state.value, int(reported), lane.id, lane.revision,
+        row = self._storage.exec(
+            _CLAIM, due, due, stalls, state.value, state.value, lane.id, lane.revision,
             lane.stalls,
-        ).rows_written
-        if written != 1:
+        ).first()
+        if row is None:
             return None
+        reported = bool(row["reported"])
         return Lane(lane.id, due, due, lane.revision, stalls, state, reported, lane.cursor)
 
     def complete(self, lane: Lane, next_due: int | None) -> bool:

@@ -255,3 +255,18 @@ def test_parked_reports_cover_every_parked_lane_once(
     assert [lane.id for lane in queue.take_parked_reports()] == ["a", "b"]
     assert queue.take_parked_reports() == []
     assert {lane.id: lane.reported for lane in queue.lanes()} == {"a": True, "b": True}
+
+
+def test_a_claim_from_a_snapshot_taken_before_the_report_does_not_report_again(
+    queue: DueQueue, clock: ManualClock, config: RuntimeConfig
+) -> None:
+    queue.enroll(HOST, clock.now_ms())
+    for _ in range(config.park_after_stalls):
+        assert queue.claim(_lane(queue), clock.now_ms()) is not None
+    snapshot = _lane(queue)  # a wave reads the parked lane ...
+    assert snapshot.state is LaneState.PARKED and not snapshot.reported
+    assert [lane.id for lane in queue.take_parked_reports()] == [HOST]  # ... it is reported ...
+    charged = queue.claim(snapshot, clock.now_ms())  # ... then the wave charges its snapshot
+    assert charged is not None and charged.reported
+    assert _lane(queue).reported
+    assert queue.take_parked_reports() == []
