@@ -291,6 +291,7 @@ class Ledger:
         if not pending:
             raise Conflict(f"submission {submission_id!r} has no open unknown outcome")
         wait = pending[0]
+        step_key = wait.payload["step"]
         if action is Resolution.ABORT:
             return self.request_abort(submission_id, "unknown outcome resolved by abort")
         value_json = encode_json(result, field="result") if action is Resolution.ACCEPT else None
@@ -302,11 +303,11 @@ class Ledger:
                                  now=now):
                 raise Conflict("the unknown outcome changed while it was being resolved")
             if action is Resolution.ACCEPT:
-                journal.resolve_started(self.storage, submission_id, wait.key,
+                journal.resolve_started(self.storage, submission_id, step_key,
                                         state=StepState.FINISHED, value_json=value_json, now=now)
             else:
                 journal.resolve_started(
-                    self.storage, submission_id, wait.key, state=StepState.FAILED, now=now,
+                    self.storage, submission_id, step_key, state=StepState.FAILED, now=now,
                     error_json=encode_json({"type": "UnknownOutcome", "resolution": "retry"}),
                 )
             self._wake_if_unblocked(current, now)

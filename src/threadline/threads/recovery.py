@@ -169,8 +169,11 @@ class Recovery:
 
         def write() -> None:
             payload = encode_json({"step": step_key, "attempt": attempt})
+            # One wait per lost run of the step: a step retried after an earlier resolution
+            # and lost in flight again needs a new open wait, not the resolved one.
             waits.open_wait(self.storage, self.ids.new_id("wait"), item.submission_id,
-                            WaitKind.UNKNOWN, step_key, now=now, payload_json=payload)
+                            WaitKind.UNKNOWN, unknown_wait_key(step_key, item.revision),
+                            now=now, payload_json=payload)
             if not transitions.move(self.storage, item.submission_id, state=item.state,
                                     revision=item.revision, to=SubmissionState.UNKNOWN, now=now):
                 raise _Stale
@@ -218,6 +221,12 @@ class Recovery:
         return RecoveryReport(item.submission_id, item.thread_id, decision, Disposition.SETTLED)
 
 
+def unknown_wait_key(step_key: str, revision: int) -> str:
+    """The key of the Unknown Outcome wait for ``step_key``, lost by the Attempt that held the
+    submission at ``revision``. Revisions never repeat, so neither do these keys."""
+    return f"{step_key}@{revision}"
+
+
 def _lease_error(item: WorkItem) -> dict[str, object]:
     return {
         "type": "LeaseExpired",
@@ -233,4 +242,5 @@ __all__ = [
     "RecoveryDecision",
     "RecoveryReport",
     "RecoverySweepResult",
+    "unknown_wait_key",
 ]

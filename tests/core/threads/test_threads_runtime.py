@@ -543,3 +543,26 @@ def test_catching_exception_cannot_swallow_a_suspension(make_harness: MakeHarnes
     assert h.get(sub.id).state is SubmissionState.SUSPENDED
     h.ledger.decide_approval(sub.id, "go", approved=True)
     assert run(h.runtime.process_thread_head("a")).result == "approved"
+
+
+def test_an_uncertain_step_lost_again_after_a_retry_is_unknown_again(
+    make_harness: MakeHarness, effects: Effects
+) -> None:
+    h = make_harness(uncertain_app(effects))
+    sub_id = _lose_uncertain_step(h)
+    h.ledger.resolve_unknown(sub_id, "retry")
+    # The retried step is lost in flight too: a second Unknown Outcome, resolvable like the first.
+    h.failpoints.evict_at("step:started")
+    with pytest.raises(BaseException, match="step:started"):
+        run(h.runtime.process_thread_head("a"))
+    h.evict()
+    h.clock.advance(h.app.config.lease_ms)
+    recovered, _ = run(h.step("a"))
+    assert [(r.decision, r.step_key) for r in recovered.reports] == [
+        (RecoveryDecision.UNKNOWN_OUTCOME, "step:email")]
+    assert h.get(sub_id).state is SubmissionState.UNKNOWN
+    resolved = h.ledger.resolve_unknown(sub_id, "accept", "sent twice?")
+    assert resolved.state is SubmissionState.READY
+    settlement = run(h.runtime.process_thread_head("a"))
+    assert settlement is not None and settlement.result == {"sent": "sent twice?"}
+    assert h.settled_records(sub_id) == 1
