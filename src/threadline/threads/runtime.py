@@ -9,7 +9,7 @@ ways, each one compare-and-set on the claimed revision:
 * it waits (approval, timer): ``suspended``, its wait durable;
 * it raised: ready again after a backoff, or ``failed`` once ``max_attempts`` is spent or the
   error is :class:`~threadline.errors.NonRetryable`;
-* it observed an accepted abort: settle ``aborted``;
+* it observed an accepted abort, or one was accepted before it ended: settle ``aborted``;
 * the pass's yield deadline passed at a step boundary: ready again, the attempt refunded.
 
 If the object is lost mid-Attempt none of that happens; recovery decides later from the lease,
@@ -162,23 +162,10 @@ class ThreadRuntime:
                     failpoints=self.failpoints, yield_after=yield_after)
         try:
             value = await binding.fn(turn)
-        except Suspend as signal:
-            suspended = signal
-            self._end(lambda: self._suspend(claim, suspended),
-                      lanes=(PUBLICATION,) if suspended.kind is WaitKind.APPROVAL else ())
-            return None
-        except AbortObserved:
-            return await self._settle(claim, Outcome.ABORTED, error=_ABORTED)
         except LeaseLost:
             return None
-        except YieldNow:
-            self._end(lambda: self._release(claim, refund=True, not_before=None))
-            return None
-        except NonRetryable as exc:
-            return await self._settle(claim, Outcome.FAILED,
-                                      error=error_envelope(exc, attempt=claim.attempt))
-        except Exception as exc:
-            return await self._failed(claim, exc)
+        except (AbortObserved, Suspend, YieldNow, Exception) as exc:
+            return await self._ended(claim, exc)
         try:
             result_json = encode_json(value, field="result")
         except ValidationFailed as exc:
@@ -187,7 +174,32 @@ class ThreadRuntime:
                                       error=error_envelope(failure, attempt=claim.attempt))
         return await self._settle(claim, Outcome.COMPLETED, result_json=result_json)
 
-    async def _failed(self, claim: Claim, exc: Exception) -> Settlement | None:
+    async def _ended(self, claim: Claim, exc: BaseException) -> Settlement | None:
+        """End an Attempt the agent left by raising ``exc``.
+
+        Ending is a step boundary too: an abort accepted while the agent ran (after its last
+        boundary, or while it unwound through ``finally`` blocks that await) settles the
+        submission aborted, rather than parking it behind a wait or a retry. From the check to
+        the commit nothing awaits, so no abort can slip in between.
+        """
+        if isinstance(exc, AbortObserved) or transitions.abort_accepted(
+            self.storage, claim.submission.id
+        ):
+            return await self._settle(claim, Outcome.ABORTED, error=_ABORTED)
+        if isinstance(exc, Suspend):
+            signal = exc
+            self._end(lambda: self._suspend(claim, signal),
+                      lanes=(PUBLICATION,) if signal.kind is WaitKind.APPROVAL else ())
+            return None
+        if isinstance(exc, YieldNow):
+            self._end(lambda: self._release(claim, refund=True, not_before=None))
+            return None
+        if isinstance(exc, NonRetryable):
+            return await self._settle(claim, Outcome.FAILED,
+                                      error=error_envelope(exc, attempt=claim.attempt))
+        return await self._failed(claim, exc)
+
+    async def _failed(self, claim: Claim, exc: BaseException) -> Settlement | None:
         error = error_envelope(exc, attempt=claim.attempt)
         if claim.attempt >= self.config.max_attempts:
             return await self._settle(claim, Outcome.FAILED, error=error)

@@ -566,3 +566,65 @@ def test_an_uncertain_step_lost_again_after_a_retry_is_unknown_again(
     settlement = run(h.runtime.process_thread_head("a"))
     assert settlement is not None and settlement.result == {"sent": "sent twice?"}
     assert h.settled_records(sub_id) == 1
+
+
+def test_an_abort_accepted_before_the_attempt_fails_settles_aborted(
+    make_harness: MakeHarness, effects: Effects
+) -> None:
+    holder: dict[str, Harness] = {}
+
+    def build(config: RuntimeConfig) -> Application:
+        app = Application(config)
+
+        @app.agent("doomed")
+        async def doomed(turn: Turn) -> Any:
+            effects.hit("run")
+
+            def call() -> None:
+                # An abort arrives while the step is in flight; then the step fails.
+                holder["h"].ledger.request_abort(turn.submission_id, "stop")
+                raise ConnectionError("refused")
+
+            return await turn.step("call", call)
+
+        return app
+
+    h = make_harness(build)
+    holder["h"] = h
+    sub = h.admit("a", None, agent="doomed")
+    settlement = run(h.runtime.process_thread_head("a"))
+    # Ending the Attempt is a boundary: the accepted abort wins over a retry after backoff.
+    assert settlement is not None and settlement.outcome is Outcome.ABORTED
+    assert h.get(sub.id).state is SubmissionState.SETTLED
+    assert effects.count("run") == 1
+    assert h.settled_records(sub.id) == 1
+
+
+def test_an_abort_accepted_while_the_attempt_suspends_settles_aborted(
+    make_harness: MakeHarness,
+) -> None:
+    holder: dict[str, Harness] = {}
+
+    def build(config: RuntimeConfig) -> Application:
+        app = Application(config)
+
+        @app.agent("waits")
+        async def waits_for_approval(turn: Turn) -> Any:
+            try:
+                return bool(await turn.approval("go"))
+            finally:
+                # Cleanup that awaits lets a concurrent abort in before the suspension commits.
+                await asyncio.sleep(0)
+                holder["h"].ledger.request_abort(turn.submission_id, "stop")
+
+        return app
+
+    h = make_harness(build)
+    holder["h"] = h
+    sub = h.admit("a", None, agent="waits")
+    settlement = run(h.runtime.process_thread_head("a"))
+    # Not parked as suspended behind an approval nobody will decide: aborted at once.
+    assert settlement is not None and settlement.outcome is Outcome.ABORTED
+    assert h.get(sub.id).state is SubmissionState.SETTLED
+    assert h.storage.exec("SELECT COUNT(*) AS n FROM tl_waits WHERE state = 'open'").scalar() == 0
+    assert h.settled_records(sub.id) == 1
