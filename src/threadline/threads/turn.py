@@ -156,9 +156,14 @@ class Turn:
         On replay a finished step returns its journaled value without calling ``fn``. The value
         is returned as decoded from its JSON, on the first run too, so both runs see the same
         thing. With ``effect="uncertain"`` a crash while ``fn`` runs makes the submission an
-        Unknown Outcome for an operator to resolve, instead of calling ``fn`` again.
+        Unknown Outcome for an operator to resolve, instead of calling ``fn`` again. ``name``
+        is an identifier (``[A-Za-z0-9._:-]{1,128}``); calling a name again within one Attempt
+        journals a further occurrence of it.
         """
         effect = StepEffect(effect)
+        # The occurrence suffix ("#2") cannot appear in a name, so no name aliases another
+        # step's later occurrence and reads its journal entry.
+        check_id(name, field="step")
         key = self._key(f"step:{name}")
         position = self._next_position()
         entry = journal.read_entry(self._storage, self.submission_id, key)
@@ -187,7 +192,11 @@ class Turn:
         try:
             value_json = encode_json(value, field=f"step {name!r}")
         except ValidationFailed as exc:
-            raise NonRetryable(exc.message) from exc
+            failure = NonRetryable(exc.message)
+            if effect is StepEffect.UNCERTAIN:
+                # It returned, so it is no longer in flight, even though its value is lost.
+                self._record_failure(key, position, effect, failure)
+            raise failure from exc
         self._write(lambda: self._journal(
             key, position, effect, StepState.FINISHED, value_json=value_json))
         await self._failpoints.reached(STEP_FINISHED)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -628,3 +629,60 @@ def test_an_abort_accepted_while_the_attempt_suspends_settles_aborted(
     assert h.get(sub.id).state is SubmissionState.SETTLED
     assert h.storage.exec("SELECT COUNT(*) AS n FROM tl_waits WHERE state = 'open'").scalar() == 0
     assert h.settled_records(sub.id) == 1
+
+
+def test_step_names_cannot_alias_a_later_occurrence(
+    make_harness: MakeHarness, effects: Effects
+) -> None:
+    def build(config: RuntimeConfig) -> Application:
+        app = Application(config)
+
+        @app.agent("alias")
+        async def alias(turn: Turn) -> Any:
+            first = await turn.step("fetch#2", lambda: effects.hit("explicit"))
+            await turn.step("fetch", lambda: effects.hit("fetch"))
+            second = await turn.step("fetch", lambda: effects.hit("fetch"))
+            return [first, second]
+
+        return app
+
+    h = make_harness(build, RuntimeConfig(max_attempts=1))
+    h.admit("a", None, agent="alias")
+    settlement = run(h.runtime.process_thread_head("a"))
+    # "fetch#2" would share its journal entry with the second "fetch", which would then return
+    # the other step's value without running: such a name is refused.
+    assert settlement is not None and settlement.outcome is Outcome.FAILED
+    assert settlement.error["type"] == "ValidationFailed"
+    assert effects.calls == {}
+
+
+def test_an_uncertain_step_whose_value_is_not_json_is_not_left_in_flight(
+    make_harness: MakeHarness, effects: Effects
+) -> None:
+    def build(config: RuntimeConfig) -> Application:
+        app = Application(config)
+
+        @app.agent("odd")
+        async def odd(turn: Turn) -> Any:
+            # The agent decides to carry on without the value.
+            with contextlib.suppress(NonRetryable):
+                await turn.step("charge", lambda: {effects.hit("charge")}, effect="uncertain")
+            return await turn.step("after", lambda: effects.hit("after"))
+
+        return app
+
+    h = make_harness(build)
+    sub = h.admit("a", None, agent="odd")
+    h.failpoints.evict_at("step:started", after=1)
+    with pytest.raises(BaseException, match="step:started"):
+        run(h.runtime.process_thread_head("a"))
+    # The uncertain step returned control: it is not in flight, so losing the Attempt later is
+    # not an Unknown Outcome about it.
+    assert h.storage.exec("SELECT state FROM tl_journal WHERE step_key = 'step:charge'"
+                          ).scalar() == "failed"
+    h.evict()
+    h.clock.advance(h.app.config.lease_ms)
+    recovered, settled = run(h.step("a"))
+    assert [r.decision for r in recovered.reports] == [RecoveryDecision.RE_READY]
+    assert settled is not None and settled.outcome is Outcome.COMPLETED
+    assert h.get(sub.id).state is SubmissionState.SETTLED
