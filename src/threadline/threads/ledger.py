@@ -221,6 +221,7 @@ class Ledger:
         if its lease expires first, recovery settles it aborted. Aborting a settled submission
         changes nothing and returns it.
         """
+        encode_json(reason, field="reason")  # storable text, refused before anything is read
         current = self.get(submission_id)
         if current.state is SubmissionState.SETTLED:
             return current

@@ -189,13 +189,19 @@ class ApprovalDecision:
 
 
 def encode_json(value: JsonValue, *, field: str = "value") -> str:
-    """Canonical JSON text of ``value``; a value JSON cannot carry raises ``ValidationFailed``."""
+    """Canonical JSON text of ``value``; a value JSON cannot carry raises ``ValidationFailed``.
+
+    So does a string holding a lone surrogate (JSON text may spell one as ``"\\ud800"``): it
+    has no UTF-8 form, so storage could not take the text.
+    """
     try:
-        return json.dumps(
+        text = json.dumps(
             value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
         )
+        text.encode("utf-8")
     except (TypeError, ValueError) as exc:
         raise ValidationFailed(f"{field} is not JSON: {exc}", field=field) from exc
+    return text
 
 
 def decode_json(text: str | None) -> JsonValue:
@@ -221,8 +227,13 @@ def check_id(value: str, *, field: str) -> str:
 
 
 def error_envelope(exc: BaseException, *, attempt: int) -> dict[str, JsonValue]:
-    """The JSON an Attempt's failure is stored as."""
-    return {"type": type(exc).__name__, "message": str(exc), "attempt": attempt}
+    """The JSON an Attempt's failure is stored as.
+
+    The message is made storable: a lone surrogate in it is kept as its escape (``\\udc80``),
+    so recording a failure never fails itself.
+    """
+    message = str(exc).encode("utf-8", "backslashreplace").decode("utf-8")
+    return {"type": type(exc).__name__, "message": message, "attempt": attempt}
 
 
 __all__ = [

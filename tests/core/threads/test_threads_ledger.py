@@ -111,6 +111,9 @@ def test_input_is_json_and_size_capped(make_harness: MakeHarness) -> None:
         h.admit("a", {1, 2})
     with pytest.raises(ValidationFailed):
         h.admit("a", float("nan"))
+    # JSON text may escape a lone surrogate ("\ud800"), but it has no UTF-8 form to store.
+    with pytest.raises(ValidationFailed):
+        h.admit("a", {"text": "\ud800"})
     with pytest.raises(ValidationFailed):
         h.admit("bad thread id!", 1)
     assert h.storage.exec("SELECT COUNT(*) AS n FROM tl_submissions").scalar() == 0
@@ -125,6 +128,9 @@ def test_abort_while_queued_settles_at_once(make_harness: MakeHarness) -> None:
     intent = h.ledger.read_abort_intent(first.id)
     assert intent is not None and intent.state.value == "applied"
     assert intent.reason == "changed my mind"
+    with pytest.raises(ValidationFailed):
+        h.ledger.request_abort(second.id, "bad byte \udc80")
+    assert h.get(second.id).state is SubmissionState.QUEUED
     # Aborting again changes nothing.
     assert h.ledger.request_abort(first.id).revision == aborted.revision
     assert h.settled_records(first.id) == 1

@@ -686,3 +686,42 @@ def test_an_uncertain_step_whose_value_is_not_json_is_not_left_in_flight(
     assert [r.decision for r in recovered.reports] == [RecoveryDecision.RE_READY]
     assert settled is not None and settled.outcome is Outcome.COMPLETED
     assert h.get(sub.id).state is SubmissionState.SETTLED
+
+
+@pytest.mark.parametrize("result", [float("nan"), {1, 2}, "\udc80", {"k": object()}])
+def test_a_result_json_cannot_store_fails_the_submission_at_once(
+    make_harness: MakeHarness, result: Any
+) -> None:
+    def build(config: RuntimeConfig) -> Application:
+        app = Application(config)
+
+        @app.agent("odd")
+        async def odd(turn: Turn) -> Any:
+            return result
+
+        return app
+
+    h = make_harness(build)
+    sub = h.admit("a", None, agent="odd")
+    settlement = run(h.runtime.process_thread_head("a"))
+    assert settlement is not None and settlement.outcome is Outcome.FAILED
+    assert settlement.error["type"] == "NonRetryable"
+    assert h.get(sub.id).attempts == 1 and h.settled_records(sub.id) == 1
+
+
+def test_an_error_message_json_cannot_store_is_still_recorded(make_harness: MakeHarness) -> None:
+    def build(config: RuntimeConfig) -> Application:
+        app = Application(config)
+
+        @app.agent("odd")
+        async def odd(turn: Turn) -> Any:
+            raise NonRetryable("bad byte \udc80")
+
+        return app
+
+    h = make_harness(build)
+    sub = h.admit("a", None, agent="odd")
+    settlement = run(h.runtime.process_thread_head("a"))
+    assert settlement is not None and settlement.outcome is Outcome.FAILED
+    assert settlement.error["message"] == "bad byte \\udc80"
+    assert h.get(sub.id).error == settlement.error
