@@ -283,7 +283,7 @@ class Ledger:
         Only a submission in ``unknown`` can be resolved; anything else raises
         :class:`Conflict`, so a resolution delivered twice changes the ledger once.
         """
-        action = Resolution(action)
+        action = check_resolution(action)
         current = self.get(submission_id)
         if current.state is not SubmissionState.UNKNOWN:
             raise Conflict(f"submission {submission_id!r} is {current.state.value}, not unknown")

@@ -12,7 +12,13 @@ import pytest
 from core.threads.thread_harness import Effects, Harness
 from threadline.app import Application
 from threadline.config import RuntimeConfig
-from threadline.errors import BindingUnavailable, Conflict, NonRetryable, StorageError
+from threadline.errors import (
+    BindingUnavailable,
+    Conflict,
+    NonRetryable,
+    StorageError,
+    ValidationFailed,
+)
 from threadline.scheduling import NATIVE
 from threadline.threads.model import Outcome, SubmissionState
 from threadline.threads.recovery import Disposition, RecoveryDecision
@@ -372,6 +378,8 @@ def test_unknown_outcome_resolutions(
     h = make_harness(uncertain_app(effects))
     sub_id = _lose_uncertain_step(h)
     calls = effects.count("email")
+    with pytest.raises(ValidationFailed):
+        h.ledger.resolve_unknown(sub_id, "later")
     resolved = h.ledger.resolve_unknown(sub_id, action, {"accepted": True})
     with pytest.raises(Conflict):
         h.ledger.resolve_unknown(sub_id, action)
