@@ -38,18 +38,23 @@ def build(effects: Effects) -> Application:
     return app
 
 
-def finish(h: Harness, submission_id: str, *, crash_budget: int = 1) -> Harness:
-    """Drive to settlement like passes and an operator would; rebuild after a crash."""
+def finish(h: Harness, submission_id: str) -> tuple[Harness, int]:
+    """Drive to settlement like passes and an operator would; rebuild after a crash.
+
+    Returns the harness of the last incarnation and how many crashes happened on the way.
+    """
+    crashes = 0
     for _ in range(40):
         try:
             asyncio.run(h.drive())
         except Evicted:
+            crashes += 1
             h.failpoints.clear()
             h.evict()
             continue
         current = h.get(submission_id)
         if current.state is SubmissionState.SETTLED:
-            return h
+            return h, crashes
         if current.state is SubmissionState.RUNNING:
             h.clock.advance(h.app.config.lease_ms)
         elif current.state is SubmissionState.READY and current.not_before is not None:
@@ -76,7 +81,7 @@ def test_every_occurrence_of_every_failpoint() -> None:
     effects = Effects()
     h = fresh(ManualClock(), effects)
     sub = h.admit("t", 0, agent="life")
-    finish(h, sub.id)
+    assert finish(h, sub.id)[1] == 0
     passes = {location: h.failpoints.hits(location) for location in RUNTIME_LOCATIONS}
     assert all(passes.values()), passes
     assert h.get(sub.id).outcome is Outcome.COMPLETED
@@ -88,7 +93,9 @@ def test_every_occurrence_of_every_failpoint() -> None:
             h = fresh(ManualClock(), effects)
             sub = h.admit("t", 0, agent="life")
             h.failpoints.evict_at(location, after=after)
-            h = finish(h, sub.id)
+            h, crashes = finish(h, sub.id)
+            # The failpoint did fire: the case exercised a crash, not a clean run.
+            assert crashes == 1, (location, after)
             done = h.get(sub.id)
             assert done.outcome is Outcome.COMPLETED, (location, after, done)
             assert h.settled_records(sub.id) == 1, (location, after)
