@@ -4,9 +4,15 @@ One SQLite database survives the whole run, like an object's storage; every in-m
 (due queue, alarm service, gate, running mutations and waves) is dropped on eviction and rebuilt
 from the same storage, followed by the start-up ``ensure_alarm``.
 
-After every step: if any lane is due, the slot is set no later than ``max(earliest due, now +
-min_delay)``; if none is due, the slot is empty (nothing stale forces work); and a generation
-that is not processed always has its native lane due.
+The storage's ``known_alarm()`` behaves like ``CloudflareStorage``'s: a cache of the last value
+written or read, rolled back with a failed transaction, unknown to a fresh incarnation until it
+reads the slot, and NOT emptied when the platform fires the alarm. The platform firing and the
+handler running are separate steps, so producers also run against that stale cache.
+
+After every step: if any lane is due, the slot (the platform's, not the cache) is set no later
+than ``max(earliest due, now + min_delay)`` or a fired alarm's handler is still to run; if none
+is due, the slot is empty (nothing stale forces work); and a generation that is not processed
+always has its native lane due.
 """
 
 from __future__ import annotations
@@ -14,8 +20,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -41,12 +48,56 @@ from threadline.scheduling import (
 from threadline.scheduling import state as gen
 from threadline.storage import SqliteStorage, migrate
 
+T = TypeVar("T")
 LANES = ("alpha", "beta.sync", PUBLICATION)
 lane_sets = st.lists(st.sampled_from(LANES), max_size=2, unique=True)
 
 
 class Boom(Exception):
     pass
+
+
+class CachedSlotStorage(SqliteStorage):
+    """SQLite whose ``known_alarm()`` is a cache kept by the rules of ``CloudflareStorage``."""
+
+    def __init__(self) -> None:
+        super().__init__(":memory:")
+        self.cache: int | None = None
+
+    def slot(self) -> int | None:
+        """The platform's slot (the truth the invariant is about)."""
+        return super().known_alarm()
+
+    def known_alarm(self) -> int | None:
+        return self.cache
+
+    async def get_alarm(self) -> int | None:
+        self.cache = self.slot()
+        return self.cache
+
+    def set_alarm(self, epoch_ms: int) -> None:
+        super().set_alarm(epoch_ms)
+        self.cache = int(epoch_ms)
+
+    def delete_alarm(self) -> None:
+        super().delete_alarm()
+        self.cache = None
+
+    def transaction(self, fn: Callable[[], T]) -> T:
+        saved = self.cache
+        try:
+            return super().transaction(fn)
+        except BaseException:
+            self.cache = saved
+            raise
+
+    def take_due_alarm(self, now_ms: int) -> int | None:
+        """The platform fires: the slot empties, the cache does not notice."""
+        due = self.slot()
+        if due is None or due > now_ms:
+            return None
+        self._raw("DELETE FROM tl_platform_alarm WHERE id = 1")
+        return due
 
 
 @dataclass
@@ -68,10 +119,10 @@ class AlarmInvariant(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.config = RuntimeConfig(
-            alarm_backoff_base_ms=1_000, alarm_backoff_cap_ms=60_000, park_after_stalls=3
+            alarm_backoff_base_ms=1_000, alarm_backoff_cap_ms=60_000, park_after_stalls=2
         )
         self.clock = ManualClock(start_ms=1_000_000)
-        self.storage = SqliteStorage(":memory:")
+        self.storage = CachedSlotStorage()
         migrate(self.storage)
         self.loop = asyncio.new_event_loop()
         self.producers: list[AsyncProducer] = []
@@ -82,10 +133,19 @@ class AlarmInvariant(RuleBasedStateMachine):
         # Producer enrollments not yet served by an idle completion: lane -> revision.
         self.seen: dict[str, int] = {}
         self.obligations: dict[str, int] = {}
+        # The platform emptied the slot to run the handler, which has not run yet.
+        self.handler_pending = False
+        # Lanes as a wave read them earlier (claims may act on such stale snapshots).
+        self.snapshots: dict[str, Lane] = {}
+        # Parked lanes reported and still parked: reporting one again is a duplicate.
+        self.reported: set[str] = set()
         self.sched = self._start()
 
     def _start(self) -> Scheduler:
         self.incarnation += 1
+        # A fresh incarnation knows nothing of the slot until it reads it (as Space.start does).
+        self.storage.cache = None
+        self.loop.run_until_complete(self.storage.get_alarm())
         sched = build_scheduler(
             self.storage, self.clock, self.config, random.Random(self.incarnation)
         )
@@ -108,6 +168,7 @@ class AlarmInvariant(RuleBasedStateMachine):
             )
         self.producers.clear()
         self.waves.clear()
+        self.snapshots.clear()
         self.pass_scope = None
 
     def _spin(self, until: Any) -> None:
@@ -287,6 +348,28 @@ class AlarmInvariant(RuleBasedStateMachine):
         self._claim(data.draw(st.sampled_from(due)))
         self._end_pass_if_idle()
 
+    @rule()
+    def wave_reads_the_queue(self) -> None:
+        self.snapshots = {lane.id: lane for lane in self.sched.due_queue.due(
+            self.clock.now_ms(), 20)}
+
+    @precondition(lambda self: bool(self.snapshots))
+    @rule(data=st.data())
+    def claim_an_earlier_read(self, data: st.DataObject) -> None:
+        lane_id = data.draw(st.sampled_from(sorted(self.snapshots)))
+        lane = self.snapshots.pop(lane_id)
+        if lane_id in self.waves:
+            return
+        self._begin_pass()
+        self._claim(lane)
+        self._end_pass_if_idle()
+
+    @rule()
+    def report_parked(self) -> None:
+        for lane in self.storage.transaction(self.sched.due_queue.take_parked_reports):
+            assert lane.id not in self.reported, f"parking of {lane.id} reported twice"
+            self.reported.add(lane.id)
+
     @precondition(lambda self: bool(self.waves))
     @rule(data=st.data(), outcome=st.sampled_from(["idle", "more", "fail"]),
           delay=st.integers(0, 10_000))
@@ -298,20 +381,29 @@ class AlarmInvariant(RuleBasedStateMachine):
     @rule()
     def schedule_now(self) -> None:
         before = self.storage.meter.reading()
-        slot = self.storage.known_alarm()
+        slot = self.storage.slot()
         self.sched.alarm.schedule_now()
         if self.pass_scope is not None:
             assert self.storage.meter.reading() == before
-            assert self.storage.known_alarm() == slot
+            assert self.storage.slot() == slot
 
-    @precondition(lambda self: not self.waves)
+    @precondition(lambda self: not self.handler_pending)
     @rule()
-    def fire(self) -> None:
-        slot = self.storage.known_alarm()
+    def platform_fires(self) -> None:
+        slot = self.storage.slot()
         if slot is None:
             return
         self.clock.set(max(self.clock.now_ms(), slot))
         assert self.storage.take_due_alarm(self.clock.now_ms()) == slot
+        self.handler_pending = True
+
+    @precondition(lambda self: self.handler_pending and not self.waves)
+    @rule()
+    def handler_runs(self) -> None:
+        # Space.alarm: learn the slot (emptied by the firing, unless a producer armed it since),
+        # then run the pass.
+        self.loop.run_until_complete(self.storage.get_alarm())
+        self.handler_pending = False
         self._begin_pass()
         for lane in self.sched.due_queue.due(self.clock.now_ms(), 50):
             self._claim(lane)
@@ -333,7 +425,12 @@ class AlarmInvariant(RuleBasedStateMachine):
     @invariant()
     def alarm_covers_due_work(self) -> None:
         earliest = self.sched.due_queue.next()
-        slot = self.storage.known_alarm()
+        slot = self.storage.slot()
+        if self.handler_pending:
+            # A fired alarm whose handler is still to run covers everything; nothing else
+            # may have armed the slot meanwhile except a producer.
+            assert slot is None or earliest is not None
+            return
         if earliest is not None:
             bound = max(earliest, self.clock.now_ms() + self.config.min_alarm_delay_ms)
             assert slot is not None, "due work without an alarm"
@@ -366,6 +463,8 @@ class AlarmInvariant(RuleBasedStateMachine):
     @invariant()
     def lanes_are_consistent(self) -> None:
         for lane in self.sched.due_queue.lanes():
+            if lane.state != "parked":
+                self.reported.discard(lane.id)
             if lane.stalls >= self.config.park_after_stalls:
                 assert lane.state == "parked"
             if lane.state == "parked":
