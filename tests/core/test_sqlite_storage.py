@@ -116,6 +116,13 @@ def test_sql_errors_map_to_storage_error(raw_storage: SqliteStorage) -> None:
     assert info.value.__cause__ is not None
 
 
+def test_text_without_a_utf8_form_is_a_storage_error(raw_storage: SqliteStorage) -> None:
+    _table(raw_storage)
+    with pytest.raises(StorageError, match="statement failed"):
+        raw_storage.exec("INSERT INTO t (v) VALUES (?)", "\ud800")
+    assert raw_storage.exec("SELECT count(*) FROM t").scalar() == 0
+
+
 def test_meter_counts_statements_and_rows(raw_storage: SqliteStorage) -> None:
     _table(raw_storage)
     before = raw_storage.meter.reading()

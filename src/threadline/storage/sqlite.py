@@ -78,7 +78,8 @@ class SqliteStorage:
             cursor = self._conn.execute(sql, params)
             fetched = cursor.fetchall()
             cursor.close()
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, UnicodeEncodeError) as exc:
+            # A str with a lone surrogate has no UTF-8 form: sqlite3 refuses to bind it.
             raise StorageError(f"statement failed: {exc}") from exc
         written = self._conn.total_changes - before
         rows = [dict(row) for row in fetched]
