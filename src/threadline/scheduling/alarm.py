@@ -7,6 +7,14 @@ exact decision derived from the queue (:meth:`AlarmService.decide`).
 
 Writes go through the storage port, so a slot change made inside a transaction commits or rolls
 back with the SQL around it.
+
+The slot cannot be read synchronously on Cloudflare, so :meth:`AlarmService.ensure_by` compares
+with ``storage.known_alarm()``: the last value this incarnation wrote or read. That view can be
+stale in one direction only, after the platform fired the alarm and emptied the slot: a producer
+then skips its write. That is safe because a fired alarm always runs a handler, which refreshes
+the view (``get_alarm()``) and ends with :meth:`AlarmService.decide`, an exact write derived from
+the durable queue. A fresh incarnation knows nothing (None) and so writes; nothing else writes
+the slot. Exact decisions never consult the view.
 """
 
 from __future__ import annotations
@@ -53,7 +61,11 @@ class AlarmService:
         return self._passes
 
     def scheduled(self) -> int | None:
-        """The slot's deadline in epoch milliseconds, or None when it is empty."""
+        """The slot as this incarnation last wrote or read it (epoch ms), or None.
+
+        A view, not a platform read: after the alarm fired it still shows the fired deadline
+        until the handler refreshes it (see the module docstring).
+        """
         return self._storage.known_alarm()
 
     def schedule_at(self, epoch_ms: int) -> None:
@@ -72,12 +84,9 @@ class AlarmService:
         This is the producer half of the alarm invariant: called in the transaction that
         enrolled work, it commits with it. Does nothing when no lane is due.
         """
-        earliest = self._queue.next()
-        if earliest is None:
-            return None
-        at = self._clock.now_ms() if now is None else now
-        bound = max(earliest, at + self.min_delay_ms)
-        self.ensure_by(bound)
+        bound = self._bound(now)
+        if bound is not None:
+            self.ensure_by(bound)
         return bound
 
     def decide(self, now: int | None = None) -> AlarmDecision:
@@ -88,12 +97,11 @@ class AlarmService:
         """
 
         def decide_now() -> AlarmDecision:
-            earliest = self._queue.next()
-            if earliest is None:
+            bound = self._bound(now)
+            if bound is None:
                 self._storage.delete_alarm()
                 return AlarmDecision.CLEARED
-            at = self._clock.now_ms() if now is None else now
-            self._storage.set_alarm(max(earliest, at + self.min_delay_ms))
+            self._storage.set_alarm(bound)
             return AlarmDecision.REARMED
 
         return self._storage.transaction(decide_now)
@@ -123,6 +131,14 @@ class AlarmService:
             yield
         finally:
             self._passes -= 1
+
+    def _bound(self, now: int | None) -> int | None:
+        """``max(earliest due, now + min_delay)``, or None when no lane is due."""
+        earliest = self._queue.next()
+        if earliest is None:
+            return None
+        at = self._clock.now_ms() if now is None else now
+        return max(earliest, at + self.min_delay_ms)
 
     def cancel(self) -> None:
         """Empty the slot. Correctness-sensitive clears go through :meth:`decide` instead."""

@@ -45,23 +45,16 @@ PARKED_RETRY_MS = 3_600_000
 
 _HOST_LANE_ID = re.compile(r"[a-z0-9][a-z0-9._:-]{0,63}")
 
-_SELECT = """
-SELECT id, due_at, not_before, revision, stalls, state, reported, cursor
-FROM tl_lanes WHERE id = ?
-"""
-_SELECT_ALL = """
-SELECT id, due_at, not_before, revision, stalls, state, reported, cursor
-FROM tl_lanes ORDER BY id
-"""
-_SELECT_DUE = """
-SELECT id, due_at, not_before, revision, stalls, state, reported, cursor FROM tl_lanes
-WHERE due_at IS NOT NULL AND due_at <= ? ORDER BY due_at, id LIMIT ?
-"""
+_SELECT_LANES = (
+    "SELECT id, due_at, not_before, revision, stalls, state, reported, cursor FROM tl_lanes "
+)
+_SELECT = _SELECT_LANES + "WHERE id = ?"
+_SELECT_ALL = _SELECT_LANES + "ORDER BY id"
+_SELECT_DUE = (
+    _SELECT_LANES + "WHERE due_at IS NOT NULL AND due_at <= ? ORDER BY due_at, id LIMIT ?"
+)
 _SELECT_NEXT = "SELECT due_at FROM tl_lanes WHERE due_at IS NOT NULL ORDER BY due_at LIMIT 1"
-_SELECT_UNREPORTED = """
-SELECT id, due_at, not_before, revision, stalls, state, reported, cursor
-FROM tl_lanes WHERE state = 'parked' AND reported = 0 ORDER BY id
-"""
+_SELECT_UNREPORTED = _SELECT_LANES + "WHERE state = 'parked' AND reported = 0 ORDER BY id"
 _REGISTER = "INSERT INTO tl_lanes (id) VALUES (?) ON CONFLICT (id) DO NOTHING"
 # Without progress the lane becomes due no later than it already was, and never earlier than
 # its retry floor; a parked lane stays parked.
@@ -91,10 +84,11 @@ UPDATE tl_lanes SET due_at = ?, not_before = ?, stalls = ?, state = ?,
 WHERE id = ? AND revision = ? AND stalls = ? AND due_at IS NOT NULL
 RETURNING reported
 """
-_COMPLETE_IDLE = """
+_MAKE_IDLE = """
 UPDATE tl_lanes SET due_at = NULL, not_before = 0, stalls = 0, state = 'idle', reported = 0
-WHERE id = ? AND revision = ?
+WHERE id = ?
 """
+_COMPLETE_IDLE = _MAKE_IDLE + " AND revision = ?"
 # A parked lane keeps its hourly floor even when its wave names an earlier deadline.
 _COMPLETE_DUE = """
 UPDATE tl_lanes SET
@@ -104,10 +98,6 @@ WHERE id = ? AND revision = ? AND due_at IS NOT NULL
 """
 _MARK_REPORTED = """
 UPDATE tl_lanes SET reported = 1 WHERE id = ? AND state = 'parked' AND reported = 0
-"""
-_CHECKPOINT_IDLE = """
-UPDATE tl_lanes SET due_at = NULL, not_before = 0, stalls = 0, state = 'idle', reported = 0
-WHERE id = ?
 """
 _CHECKPOINT_DUE = """
 UPDATE tl_lanes SET due_at = ?, not_before = 0,
@@ -290,7 +280,7 @@ class DueQueue:
         """
         self.register(NATIVE)
         if due_at is None:
-            self._storage.exec(_CHECKPOINT_IDLE, NATIVE)
+            self._storage.exec(_MAKE_IDLE, NATIVE)
         else:
             self._storage.exec(_CHECKPOINT_DUE, int(due_at), NATIVE)
 
