@@ -115,6 +115,7 @@ class CloudflareStorage:
         self._sql = self._storage.sql
         self.meter = Meter(approximate=False)
         self._alarm: int | None = None
+        self._alarm_writes = 0
         self._depth = 0
 
     def exec(self, sql: str, *params: SqlValue) -> Rows:
@@ -168,6 +169,7 @@ class CloudflareStorage:
         except Exception as exc:
             raise StorageError(f"setAlarm failed: {exc}") from exc
         self._alarm = int(epoch_ms)
+        self._alarm_writes += 1
         self.meter.record_alarm_write()
 
     def delete_alarm(self) -> None:
@@ -177,6 +179,7 @@ class CloudflareStorage:
         except Exception as exc:
             raise StorageError(f"deleteAlarm failed: {exc}") from exc
         self._alarm = None
+        self._alarm_writes += 1
         self.meter.record_alarm_write()
 
     def known_alarm(self) -> int | None:
@@ -184,13 +187,20 @@ class CloudflareStorage:
         return self._alarm
 
     async def get_alarm(self) -> int | None:
-        """Ask workerd for the alarm slot and remember the answer."""
+        """Ask workerd for the alarm slot and remember the answer.
+
+        An alarm written while the read was in flight is newer than the answer, so the
+        remembered value is then left as that write made it.
+        """
+        writes = self._alarm_writes
         try:
             value = await self._storage.getAlarm()
         except Exception as exc:
             raise StorageError(f"getAlarm failed: {exc}") from exc
-        self._alarm = None if _is_null(value) else int(value)
-        return self._alarm
+        slot = None if _is_null(value) else int(value)
+        if self._alarm_writes == writes:
+            self._alarm = slot
+        return slot
 
     async def sync(self) -> None:
         """Wait until every write so far is durable."""
