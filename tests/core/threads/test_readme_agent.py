@@ -1,0 +1,40 @@
+"""The agent shown in README.md runs as written: docs and code cannot drift apart."""
+
+import asyncio
+import re
+from pathlib import Path
+from typing import Any
+
+from core.threads.thread_harness import Harness
+from threadline import Application, ManualClock, SqliteStorage
+from threadline.storage import migrate
+from threadline.threads import Outcome, SubmissionState
+
+README = Path(__file__).resolve().parents[3] / "README.md"
+
+
+def _readme_app() -> Application:
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
+    agent_blocks = [block for block in blocks if "@app.agent" in block]
+    assert len(agent_blocks) == 1, "README should show exactly one agent"
+    namespace: dict[str, Any] = {}
+    exec(compile(agent_blocks[0], str(README), "exec"), namespace)
+    app = namespace["app"]
+    assert isinstance(app, Application)
+    return app
+
+
+def test_the_readme_agent_suspends_for_approval_then_completes() -> None:
+    storage = SqliteStorage(":memory:")
+    migrate(storage)
+    harness = Harness(storage, ManualClock(), _readme_app)
+    submission = harness.admit("t1", "hello", agent="support")
+
+    asyncio.run(harness.drive())
+    assert harness.get(submission.id).state == SubmissionState.SUSPENDED
+
+    harness.ledger.decide_approval(submission.id, "send", approved=True)
+    settled = asyncio.run(harness.drive())
+    assert [(s.outcome, s.result) for s in settled] == [(Outcome.COMPLETED, {"status": "ok"})]
+    history = storage.exec("SELECT body_json FROM tl_history WHERE thread_id = 't1'").rows
+    assert any("echo hello" in row["body_json"] for row in history)
