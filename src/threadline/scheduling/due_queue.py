@@ -265,11 +265,11 @@ class DueQueue:
         than its hourly floor) without replenishing it.
         """
         if next_due is None:
-            return self._storage.exec(_COMPLETE_IDLE, lane.id, lane.revision).rows_written == 1
+            return self._storage.exec(_COMPLETE_IDLE, lane.id, lane.revision).changed == 1
         due = int(next_due)
         written = self._storage.exec(
             _COMPLETE_DUE, due, due, due, due, lane.id, lane.revision
-        ).rows_written
+        ).changed
         return written == 1
 
     def checkpoint_native(self, due_at: int | None) -> None:
@@ -293,7 +293,7 @@ class DueQueue:
         taken: list[Lane] = []
         for row in self._storage.exec(_SELECT_UNREPORTED):
             lane = Lane.from_row(row)
-            if self._storage.exec(_MARK_REPORTED, lane.id).rows_written == 1:
+            if self._storage.exec(_MARK_REPORTED, lane.id).changed == 1:
                 taken.append(replace(lane, reported=True))
         return taken
 

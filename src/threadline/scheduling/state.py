@@ -162,7 +162,7 @@ def acknowledge(storage: Storage, generation: int) -> bool:
     Compare-and-set: ``processed`` only moves forward and never past ``dirty``, so
     acknowledging an older or the same generation again changes nothing.
     """
-    return storage.exec(_ACKNOWLEDGE, generation, generation, generation).rows_written == 1
+    return storage.exec(_ACKNOWLEDGE, generation, generation, generation).changed == 1
 
 
 def set_nonterminal(storage: Storage, count: int) -> None:
@@ -197,7 +197,7 @@ def set_binding_registry_key(storage: Storage, key: str) -> bool:
 
     Compare-and-set on the stored key: recording the same key again changes nothing.
     """
-    return storage.exec(_SET_REGISTRY_KEY, key, key).rows_written == 1
+    return storage.exec(_SET_REGISTRY_KEY, key, key).changed == 1
 
 
 def append_recovery_events(storage: Storage, count: int) -> int:
@@ -214,7 +214,7 @@ def acknowledge_recovery_event(storage: Storage, sequence: int) -> bool:
     Compare-and-set on ``recovery_event_ack = sequence - 1``: events are acknowledged one by
     one, in order, and acknowledging one twice changes nothing.
     """
-    return storage.exec(_ACK_EVENT, sequence, sequence - 1, sequence).rows_written == 1
+    return storage.exec(_ACK_EVENT, sequence, sequence - 1, sequence).changed == 1
 
 
 __all__ = [

@@ -42,9 +42,13 @@ from typing import Any, TypeVar
 
 from threadline.errors import StorageError
 from threadline.storage.meter import Meter
-from threadline.storage.port import Row, Rows, SqlValue
+from threadline.storage.port import Row, Rows, SqlValue, statement_verb
 
 T = TypeVar("T")
+
+#: Statements whose changed-row count is read back with ``changes()``.
+_CHANGING_VERBS = frozenset({"INSERT", "UPDATE", "DELETE", "REPLACE"})
+_CHANGES = "SELECT changes() AS n"
 
 
 @functools.cache
@@ -131,7 +135,23 @@ class CloudflareStorage:
         finally:
             del cursor
         self.meter.record(read, written)
-        return Rows(rows, read, written)
+        changed = self._changes() if statement_verb(sql) in _CHANGING_VERBS else 0
+        return Rows(rows, read, written, changed=changed)
+
+    def _changes(self) -> int:
+        # The cursor has no changed-row count and rowsWritten also counts index entries, so a
+        # compare-and-set asks SQLite directly, in the same synchronous turn as its statement.
+        cursor: Any = None
+        try:
+            cursor = self._sql.exec(_CHANGES)
+            counted = [_to_row(raw) for raw in cursor]
+            read, written = _counter(cursor, "rowsRead"), _counter(cursor, "rowsWritten")
+        except Exception as exc:
+            raise StorageError(f"reading the changed-row count failed: {exc}") from exc
+        finally:
+            del cursor
+        self.meter.record(read, written)
+        return int(counted[0]["n"])
 
     def in_transaction(self) -> bool:
         """True while a ``transaction`` body is running."""

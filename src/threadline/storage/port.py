@@ -18,11 +18,18 @@ Row = dict[str, Any]
 
 @dataclass(frozen=True, slots=True)
 class Rows:
-    """The materialised result of one statement, with its storage cost."""
+    """The materialised result of one statement, with its storage cost.
+
+    ``changed`` is how many rows an INSERT, UPDATE, DELETE or REPLACE itself changed (SQLite's
+    ``changes()``): the count a compare-and-set checks. ``rows_written`` is the billed cost,
+    which on Cloudflare also counts every index entry the statement touched, so it must never
+    be used as a row count.
+    """
 
     rows: list[Row] = field(default_factory=list)
     rows_read: int = 0
     rows_written: int = 0
+    changed: int = 0
 
     def __iter__(self) -> Iterator[Row]:
         return iter(self.rows)
@@ -94,10 +101,16 @@ class Storage(Protocol):
         ...
 
 
+def statement_verb(sql: str) -> str:
+    """The statement's first keyword, upper-cased (``""`` for an empty statement)."""
+    words = sql.lstrip().split(None, 1)
+    return words[0].upper() if words else ""
+
+
 def chunked(values: Sequence[T], size: int = 100) -> Iterator[Sequence[T]]:
     """Split ``values`` so that no statement binds more than ``size`` parameters."""
     for start in range(0, len(values), size):
         yield values[start : start + size]
 
 
-__all__ = ["Row", "Rows", "SqlValue", "Storage", "chunked"]
+__all__ = ["Row", "Rows", "SqlValue", "Storage", "chunked", "statement_verb"]

@@ -217,7 +217,7 @@ def _apply(storage: Storage, current: int) -> None:
             storage.exec(statement)
         if current == 0:
             storage.exec(_FIRST_VERSION, 1)
-        elif storage.exec(_BUMP_VERSION, current + 1, current).rows_written != 1:
+        elif storage.exec(_BUMP_VERSION, current + 1, current).changed != 1:
             raise SchemaError(f"schema version moved while migrating from {current}")
 
     try:

@@ -17,7 +17,7 @@ from typing import TypeVar
 
 from threadline.errors import StorageError
 from threadline.storage.meter import Meter
-from threadline.storage.port import Rows, SqlValue
+from threadline.storage.port import Rows, SqlValue, statement_verb
 
 T = TypeVar("T")
 
@@ -83,10 +83,9 @@ class SqliteStorage:
             raise StorageError(f"statement failed: {exc}") from exc
         written = self._conn.total_changes - before
         rows = [dict(row) for row in fetched]
-        verb = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else ""
-        read = len(rows) + (written if verb in _READING_VERBS else 0)
+        read = len(rows) + (written if statement_verb(sql) in _READING_VERBS else 0)
         self.meter.record(read, written)
-        return Rows(rows, read, written)
+        return Rows(rows, read, written, changed=written)
 
     def in_transaction(self) -> bool:
         """True while a ``transaction`` body is running."""

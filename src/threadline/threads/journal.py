@@ -122,7 +122,7 @@ def resolve_started(
     """
     written = storage.exec(
         _RESOLVE, state.value, value_json, error_json, now, submission_id, step_key
-    ).rows_written
+    ).changed
     return written == 1
 
 

@@ -37,7 +37,7 @@ def enqueue_message(
     written = storage.exec(
         _INSERT, message_id, from_thread, from_submission, to_space, to_thread, input_json,
         now, now,
-    ).rows_written
+    ).changed
     return written == 1
 
 

@@ -58,7 +58,7 @@ def publish(
 ) -> bool:
     """Put a record in the outbox (once per id); True when this call added it."""
     written = storage.exec(_INSERT_OUTBOX, record_id, thread_id, kind, body_json, now)
-    return written.rows_written == 1
+    return written.changed == 1
 
 
 def read_history(

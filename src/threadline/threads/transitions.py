@@ -59,7 +59,7 @@ def claim(
     """``queued|ready -> running`` under a new lease, charging one attempt."""
     written = storage.exec(
         _CLAIM, lease_owner, lease_expires_at, now, submission_id, state.value, revision
-    ).rows_written
+    ).changed
     return written == 1
 
 
@@ -92,7 +92,7 @@ def move(
         submission_id,
         state.value,
         revision,
-    ).rows_written
+    ).changed
     return written == 1
 
 
@@ -117,7 +117,7 @@ def settle(
     written = storage.exec(
         _SETTLE, outcome.value, result_json, error_json, now, now, submission_id, state.value,
         revision,
-    ).rows_written
+    ).changed
     if written != 1:
         return False
     waits.cancel_open(storage, submission_id, now=now)

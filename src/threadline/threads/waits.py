@@ -88,18 +88,18 @@ def open_wait(
     """Open a wait; an existing wait of the same kind and key is kept. True when inserted."""
     written = storage.exec(
         _INSERT, wait_id, submission_id, kind.value, key, payload_json, wake_at, now
-    ).rows_written
+    ).changed
     return written == 1
 
 
 def resolve(storage: Storage, wait_id: str, *, decision_json: str | None, now: int) -> bool:
     """Resolve an open wait; False when it was no longer open (nothing changed)."""
-    return storage.exec(_RESOLVE, decision_json, now, wait_id).rows_written == 1
+    return storage.exec(_RESOLVE, decision_json, now, wait_id).changed == 1
 
 
 def cancel_open(storage: Storage, submission_id: str, *, now: int) -> int:
     """Cancel every open wait of a submission that is settling; returns how many."""
-    return storage.exec(_CANCEL_OPEN, now, submission_id).rows_written
+    return storage.exec(_CANCEL_OPEN, now, submission_id).changed
 
 
 __all__ = ["Wait", "cancel_open", "find", "open_wait", "open_waits", "resolve"]

@@ -20,11 +20,22 @@ from workers import DurableObject, Response
 
 from entry import Default as AppDefault
 from entry import ThreadObject
+from threadline.app import Application
 from threadline.clock import SystemClock
 from threadline.config import RuntimeConfig
+from threadline.ids import RandomIds
 from threadline.scheduling import NATIVE, build_scheduler, read_state
 from threadline.storage import migrate
 from threadline.storage.cloudflare import CloudflareStorage
+from threadline.threads import ThreadRuntime, Turn
+
+probe_app = Application()
+
+
+@probe_app.agent("echo")
+async def echo(turn: Turn) -> Any:
+    """One journaled step: the smallest submission."""
+    return await turn.step("echo", lambda: {"got": turn.input})
 
 PREFIX = "/_probe/"
 SCHEMA = (
@@ -211,6 +222,7 @@ class StorageProbe(DurableObject):
             delta = self.storage.meter.reading() - before
             figures[name] = {
                 "rows": [rows.rows_read, rows.rows_written],
+                "changed": rows.changed,
                 "meter": [delta.rows_read, delta.rows_written],
                 "statements": delta.statements,
                 "approximate": delta.approximate,
@@ -257,6 +269,38 @@ class StorageProbe(DurableObject):
             "mutate_alarm_writes": mutate_cost.alarm_writes,
             "next_cost": [next_cost.rows_read, next_cost.rows_written],
             **await self.state(),
+        }
+
+    async def op_one_step(self, thread: str) -> dict[str, Any]:
+        """Admit a one-step submission and run it to settlement; report the billed cost."""
+        migrate(self.storage)
+        await self.storage.get_alarm()
+        rng = random.SystemRandom()
+        scheduler = build_scheduler(self.storage, SystemClock(), probe_app.config, rng)
+        runtime = ThreadRuntime(
+            self.storage,
+            probe_app.agents,
+            gate=scheduler.gate,
+            failpoints=scheduler.failpoints,
+            config=probe_app.config,
+            clock=SystemClock(),
+            rng=rng,
+            ids=RandomIds(rng),
+        )
+        before = self.storage.meter.reading()
+        admitted = runtime.ledger.admit(thread, "echo", 41).submission
+        admit_cost = self.storage.meter.reading() - before
+        settlement = await runtime.process_thread_head(thread)
+        cost = self.storage.meter.reading() - before
+        stored = runtime.ledger.get(admitted.id)
+        return {
+            "outcome": None if settlement is None else str(settlement.outcome),
+            "result": None if settlement is None else settlement.result,
+            "state": str(stored.state),
+            "admit_cost": [admit_cost.rows_read, admit_cost.rows_written],
+            "cost": [cost.rows_read, cost.rows_written],
+            "alarm_writes": cost.alarm_writes,
+            "statements": cost.statements,
         }
 
     def count_where(self, table: str, key: str) -> int:
