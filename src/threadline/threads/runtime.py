@@ -238,8 +238,11 @@ class ThreadRuntime:
         waits.open_wait(self.storage, self.ids.new_id("wait"), submission.id, signal.kind,
                         signal.wait_key, now=now, payload_json=signal.payload_json,
                         wake_at=signal.wake_at)
+        # A wait is not a failure: refunding the attempt keeps an agent that waits many times
+        # from spending the retry budget that ``max_attempts`` gives its failures.
         if not transitions.move(self.storage, submission.id, state=SubmissionState.RUNNING,
-                                revision=claim.revision, to=SubmissionState.SUSPENDED, now=now):
+                                revision=claim.revision, to=SubmissionState.SUSPENDED, now=now,
+                                refund_attempt=True):
             raise LeaseLost(submission.id)
         if signal.wake_at is not None:
             self.gate.schedule(NATIVE, signal.wake_at)

@@ -211,7 +211,8 @@ def test_approval_round_trip(make_harness: MakeHarness, effects: Effects) -> Non
     follower = h.admit("a", None, agent="refund")
     assert run(h.runtime.process_thread_head("a")) is None
     waiting = h.get(sub.id)
-    assert waiting.state is SubmissionState.SUSPENDED and waiting.attempts == 1
+    # Waiting is not failing: the suspension gives its attempt back to the retry budget.
+    assert waiting.state is SubmissionState.SUSPENDED and waiting.attempts == 0
     request = h.storage.exec(
         "SELECT kind, body_json FROM tl_outbox WHERE kind = 'approval.requested'").one()
     assert '"amount":40' in request["body_json"]
@@ -229,7 +230,39 @@ def test_approval_round_trip(make_harness: MakeHarness, effects: Effects) -> Non
     settlement = run(h.runtime.process_thread_head("a"))
     assert settlement is not None and settlement.result == {"status": "ok", "note": "by alice"}
     assert effects.count("prepare") == 1
-    assert h.get(sub.id).attempts == 2
+    assert h.get(sub.id).attempts == 1
+
+
+def test_waits_do_not_spend_the_retry_budget(make_harness: MakeHarness) -> None:
+    failures = {"left": 1}
+
+    def build(config: RuntimeConfig) -> Application:
+        app = Application(config)
+
+        @app.agent("careful")
+        async def careful(turn: Turn) -> Any:
+            for n in range(4):
+                await turn.approval(f"check-{n}")
+            if failures["left"]:
+                failures["left"] -= 1
+                raise RuntimeError("transient")
+            return "done"
+
+        return app
+
+    h = make_harness(build, RuntimeConfig(max_attempts=2))
+    sub = h.admit("a", None, agent="careful")
+    for n in range(4):
+        run(h.drive())
+        h.ledger.decide_approval(sub.id, f"check-{n}", approved=True)
+    run(h.drive())
+    retrying = h.get(sub.id)
+    assert (retrying.state, retrying.attempts) == (SubmissionState.READY, 1)
+    h.clock.advance(RuntimeConfig().alarm_backoff_cap_ms)
+    run(h.drive())
+    done = h.get(sub.id)
+    assert (done.state, done.outcome, done.result) == (
+        SubmissionState.SETTLED, Outcome.COMPLETED, "done")
 
 
 def test_declined_approval(make_harness: MakeHarness) -> None:
