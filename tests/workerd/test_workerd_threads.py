@@ -22,3 +22,15 @@ def test_a_one_step_submission_settles_and_its_billed_cost_is_bounded(workerd: R
     )
     # A regression guard on the billed figure (index updates included), not an exact pin.
     assert seen["cost"][1] <= 40
+
+
+def test_approval_retry_abort_and_idempotency_over_cloudflare_storage(workerd: Runtime) -> None:
+    seen = workerd.probe("threads-lifecycle", "lifecycle")
+    assert seen["before_approval"] == "suspended"
+    assert seen["reviewed"] == ["completed", {"published": True, "attempt": 1}]
+    assert "record" in seen["history"]
+    assert seen["flaky_after_first"] == [None, "ready"]
+    assert seen["flaky"] == ["completed", {"attempt": 2}]
+    assert seen["abort"] == ["completed", "settled", "aborted"]
+    assert seen["idempotent"] == [True, False, True]
+    assert seen["open"] == 1  # the idempotently admitted submission, not yet run

@@ -8,6 +8,7 @@ to the probe object named ``object``; every other path goes to the app's ``Defau
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import random
@@ -29,13 +30,34 @@ from threadline.storage import migrate
 from threadline.storage.cloudflare import CloudflareStorage
 from threadline.threads import ThreadRuntime, Turn
 
-probe_app = Application()
+# Retries wait about a millisecond, so a retried Attempt can run again within one request.
+probe_app = Application(RuntimeConfig(alarm_backoff_base_ms=1, alarm_backoff_cap_ms=2))
 
 
 @probe_app.agent("echo")
 async def echo(turn: Turn) -> Any:
     """One journaled step: the smallest submission."""
     return await turn.step("echo", lambda: {"got": turn.input})
+
+
+@probe_app.agent("reviewed")
+async def reviewed(turn: Turn) -> Any:
+    """A step, a durable approval, a published record, then a result."""
+    draft = await turn.step("draft", lambda: f"draft of {turn.input}")
+    decision = await turn.approval("publish", {"draft": draft})
+    if not decision:
+        return {"published": False}
+    await turn.emit({"role": "assistant", "text": draft})
+    return {"published": True, "attempt": turn.attempt}
+
+
+@probe_app.agent("flaky")
+async def flaky(turn: Turn) -> Any:
+    """Fails its first Attempt, succeeds on the second."""
+    if turn.attempt == 1:
+        raise RuntimeError("transient failure")
+    return {"attempt": turn.attempt}
+
 
 PREFIX = "/_probe/"
 SCHEMA = (
@@ -273,20 +295,7 @@ class StorageProbe(DurableObject):
 
     async def op_one_step(self, thread: str) -> dict[str, Any]:
         """Admit a one-step submission and run it to settlement; report the billed cost."""
-        migrate(self.storage)
-        await self.storage.get_alarm()
-        rng = random.SystemRandom()
-        scheduler = build_scheduler(self.storage, SystemClock(), probe_app.config, rng)
-        runtime = ThreadRuntime(
-            self.storage,
-            probe_app.agents,
-            gate=scheduler.gate,
-            failpoints=scheduler.failpoints,
-            config=probe_app.config,
-            clock=SystemClock(),
-            rng=rng,
-            ids=RandomIds(rng),
-        )
+        runtime = await self.thread_runtime()
         before = self.storage.meter.reading()
         admitted = runtime.ledger.admit(thread, "echo", 41).submission
         admit_cost = self.storage.meter.reading() - before
@@ -302,6 +311,71 @@ class StorageProbe(DurableObject):
             "alarm_writes": cost.alarm_writes,
             "statements": cost.statements,
         }
+
+    async def op_lifecycle(self) -> dict[str, Any]:
+        """Approval, retry, abort and idempotent admission through CloudflareStorage."""
+        runtime = await self.thread_runtime()
+        ledger = runtime.ledger
+        seen: dict[str, Any] = {}
+
+        reviewed_id = ledger.admit("review", "reviewed", "notes").submission.id
+        await runtime.process_thread_head("review")
+        seen["before_approval"] = str(ledger.get(reviewed_id).state)
+        ledger.decide_approval(reviewed_id, "publish", approved=True)
+        settled = await runtime.process_thread_head("review")
+        seen["reviewed"] = None if settled is None else [str(settled.outcome), settled.result]
+        seen["history"] = [
+            row["kind"]
+            for row in self.storage.exec(
+                "SELECT kind FROM tl_history WHERE thread_id = 'review' ORDER BY seq"
+            )
+        ]
+
+        flaky_id = ledger.admit("flaky", "flaky", None).submission.id
+        first = await runtime.process_thread_head("flaky")
+        seen["flaky_after_first"] = [first, str(ledger.get(flaky_id).state)]
+        deadline = now_ms() + 2_000
+        second = None
+        while second is None and now_ms() < deadline:
+            await asyncio.sleep(0.005)
+            second = await runtime.process_thread_head("flaky")
+        seen["flaky"] = None if second is None else [str(second.outcome), second.result]
+
+        queued = [ledger.admit("abort", "echo", n).submission.id for n in range(2)]
+        ledger.request_abort(queued[1], "no longer needed")
+        head = await runtime.process_thread_head("abort")
+        seen["abort"] = [
+            None if head is None else str(head.outcome),
+            str(ledger.get(queued[1]).state),
+            None if ledger.get(queued[1]).outcome is None else str(ledger.get(queued[1]).outcome),
+        ]
+
+        again = ledger.admit("review", "reviewed", "notes", "key-1")
+        replay = ledger.admit("review", "reviewed", "notes", "key-1")
+        seen["idempotent"] = [
+            again.created,
+            replay.created,
+            again.submission.id == replay.submission.id,
+        ]
+        seen["open"] = len(ledger.scan_nonterminal())
+        return seen
+
+    async def thread_runtime(self) -> ThreadRuntime:
+        """A thread runtime over this object's storage, as one incarnation would build it."""
+        migrate(self.storage)
+        await self.storage.get_alarm()
+        rng = random.SystemRandom()
+        scheduler = build_scheduler(self.storage, SystemClock(), probe_app.config, rng)
+        return ThreadRuntime(
+            self.storage,
+            probe_app.agents,
+            gate=scheduler.gate,
+            failpoints=scheduler.failpoints,
+            config=probe_app.config,
+            clock=SystemClock(),
+            rng=rng,
+            ids=RandomIds(rng),
+        )
 
     def count_where(self, table: str, key: str) -> int:
         rows = self.storage.exec(f"SELECT COUNT(*) AS n FROM {table} WHERE k = ?", key)
