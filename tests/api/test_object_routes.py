@@ -26,7 +26,7 @@ def test_unknown_routes_are_problem_404s(clock: ManualClock) -> None:
     assert response.status == 404
     assert response.headers["content-type"] == PROBLEM_CONTENT_TYPE
     problem = response.json()
-    assert problem["status"] == 404 and problem["type"].endswith("/not-found")
+    assert problem["status"] == 404 and problem["type"] == "urn:threadline:problem:not-found"
 
 
 def test_alarm_leaves_the_slot_at_the_earliest_due_lane(clock: ManualClock) -> None:

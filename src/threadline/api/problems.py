@@ -7,7 +7,8 @@ from typing import Any
 from threadline.api.http import Response, json_response
 from threadline.errors import ApiError
 
-PROBLEM_TYPE_BASE = "https://threadline.dev/problems/"
+#: Problem types are URNs: stable identifiers that name no host.
+PROBLEM_TYPE_BASE = "urn:threadline:problem:"
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 
 
