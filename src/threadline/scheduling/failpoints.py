@@ -85,16 +85,18 @@ class Failpoints:
         """How many times ``location`` was reached."""
         return self._hits[location]
 
+    def _arrive(self, location: str) -> object:
+        """Count the arrival and run the handler, if any; return what it returned."""
+        self._hits[location] += 1
+        handler = self._handlers.get(location)
+        return None if handler is None else handler(location)
+
     def hit(self, location: str) -> None:
         """Announce ``location`` from synchronous code; the handler may raise (e.g. ``Evicted``).
 
         An asynchronous handler cannot be awaited here and is a test bug: refused.
         """
-        self._hits[location] += 1
-        handler = self._handlers.get(location)
-        if handler is None:
-            return
-        result = handler(location)
+        result = self._arrive(location)
         if inspect.isawaitable(result):
             if inspect.iscoroutine(result):
                 result.close()
@@ -102,11 +104,7 @@ class Failpoints:
 
     async def reached(self, location: str) -> None:
         """Announce ``location`` from a coroutine, awaiting an asynchronous handler."""
-        self._hits[location] += 1
-        handler = self._handlers.get(location)
-        if handler is None:
-            return
-        result = handler(location)
+        result = self._arrive(location)
         if inspect.isawaitable(result):
             await result
 
