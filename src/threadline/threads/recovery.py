@@ -99,22 +99,14 @@ class _Stale(Exception):
 class Recovery:
     """Recovery decisions over one object's ledger."""
 
-    def __init__(
-        self,
-        storage: Storage,
-        gate: MutationGate,
-        ledger: Ledger,
-        *,
-        clock: Clock,
-        ids: IdSource,
-        config: RuntimeConfig,
-    ) -> None:
-        self.storage = storage
-        self.gate = gate
+    def __init__(self, ledger: Ledger) -> None:
+        # Recovery writes the ledger's own tables through the ledger's gate, clock and ids.
         self.ledger = ledger
-        self.clock = clock
-        self.ids = ids
-        self.config = config
+        self.storage: Storage = ledger.storage
+        self.gate: MutationGate = ledger.gate
+        self.clock: Clock = ledger.clock
+        self.ids: IdSource = ledger.ids
+        self.config: RuntimeConfig = ledger.config
 
     def run(self, thread_id: str) -> RecoverySweepResult:
         """Recover one Thread; see the module docstring for the decisions."""

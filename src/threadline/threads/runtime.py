@@ -87,7 +87,7 @@ class ThreadRuntime:
         self.rng = rng
         self.ids = ids
         self.ledger = Ledger(storage, gate, clock=clock, ids=ids, config=config)
-        self.recovery = Recovery(storage, gate, self.ledger, clock=clock, ids=ids, config=config)
+        self.recovery = Recovery(self.ledger)
 
     @property
     def binding_registry_key(self) -> str:
