@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from core.threads.thread_harness import Effects, Harness
+from core.threads.thread_harness import Effects, Harness, SettlementLog
 from threadline.app import Application
 from threadline.clock import ManualClock
 from threadline.config import RuntimeConfig
@@ -56,7 +56,8 @@ def test_the_matrix_covers_every_runtime_failpoint() -> None:
 
 @pytest.mark.parametrize(("location", "after"), CASES)
 def test_crash_evict_recover(
-    storage: SqliteStorage, clock: ManualClock, effects: Effects, location: str, after: int
+    storage: SqliteStorage, clock: ManualClock, effects: Effects, settlements: SettlementLog,
+    location: str, after: int,
 ) -> None:
     h = Harness(storage, clock, lambda: build(effects))
     first = h.admit("t", 1, agent="flow")
@@ -91,7 +92,7 @@ def test_crash_evict_recover(
     for sub in (first, second):
         done = h.get(sub.id)
         assert done.state is SubmissionState.SETTLED and done.outcome is Outcome.COMPLETED
-        assert h.settled_records(sub.id) == 1
+        assert settlements.count(sub.id) == 1 and h.settled_records(sub.id) == 1
     # Each step of the crashed submission: run again only if it had not finished, and never
     # when it was uncertain and in flight.
     for step in STEPS:

@@ -4,7 +4,7 @@ from collections.abc import Callable
 
 import pytest
 
-from core.threads.thread_harness import Effects, Harness
+from core.threads.thread_harness import Effects, Harness, SettlementLog
 from threadline.app import Application
 from threadline.clock import ManualClock
 from threadline.config import RuntimeConfig
@@ -26,3 +26,9 @@ def make_harness(
         return Harness(storage, clock, lambda: build(chosen))
 
     return make
+
+
+@pytest.fixture
+def settlements(monkeypatch: pytest.MonkeyPatch) -> SettlementLog:
+    """Every settle transition of the test, counted where a duplicate would show."""
+    return SettlementLog().install(monkeypatch)

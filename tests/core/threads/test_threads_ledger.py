@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from core.threads.thread_harness import Harness
+from core.threads.thread_harness import Harness, SettlementLog
 from threadline.app import Application
 from threadline.clock import ManualClock
 from threadline.config import RuntimeConfig
@@ -120,7 +120,9 @@ def test_input_is_json_and_size_capped(make_harness: MakeHarness) -> None:
     assert h.storage.exec("SELECT COUNT(*) AS n FROM tl_threads").scalar() == 0
 
 
-def test_abort_while_queued_settles_at_once(make_harness: MakeHarness) -> None:
+def test_abort_while_queued_settles_at_once(
+    make_harness: MakeHarness, settlements: SettlementLog
+) -> None:
     h = make_harness(echo_app)
     first, second = h.admit("a", 1), h.admit("a", 2)
     aborted = h.ledger.request_abort(first.id, "changed my mind")
@@ -133,7 +135,7 @@ def test_abort_while_queued_settles_at_once(make_harness: MakeHarness) -> None:
     assert h.get(second.id).state is SubmissionState.QUEUED
     # Aborting again changes nothing.
     assert h.ledger.request_abort(first.id).revision == aborted.revision
-    assert h.settled_records(first.id) == 1
+    assert settlements.count(first.id) == h.settled_records(first.id) == 1
     settled = asyncio.run(h.drive())
     assert [s.submission_id for s in settled] == [second.id]
 

@@ -16,6 +16,7 @@ from threadline.clock import ManualClock
 from threadline.ids import RandomIds
 from threadline.scheduling import Failpoints, Scheduler, build_scheduler
 from threadline.storage import SqliteStorage
+from threadline.threads import transitions
 from threadline.threads.model import Settlement, Submission
 from threadline.threads.recovery import RecoverySweepResult
 from threadline.threads.runtime import ThreadRuntime
@@ -104,3 +105,31 @@ class Harness:
             "SELECT COUNT(*) AS n FROM tl_outbox WHERE record_id = ?", f"{submission_id}:settled"
         ).one()
         return int(row["n"])
+
+
+class SettlementLog:
+    """Counts every settle transition that reported success, per submission.
+
+    The outbox record of a settlement has a unique id written with ``ON CONFLICT DO NOTHING``,
+    so counting those rows can only ever show 0 or 1. This log wraps the transition itself:
+    a second settlement of one submission shows here as 2.
+    """
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def install(self, monkeypatch: Any) -> SettlementLog:
+        """Wrap ``transitions.settle`` for the rest of the test (``monkeypatch`` undoes it)."""
+        real = transitions.settle
+
+        def counting(storage: Any, submission_id: str, **kwargs: Any) -> bool:
+            settled = real(storage, submission_id, **kwargs)
+            if settled:
+                self.counts[submission_id] = self.counts.get(submission_id, 0) + 1
+            return settled
+
+        monkeypatch.setattr(transitions, "settle", counting)
+        return self
+
+    def count(self, submission_id: str) -> int:
+        return self.counts.get(submission_id, 0)
