@@ -8,6 +8,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 #: Cloudflare stops an alarm handler after 15 minutes of wall time.
 PLATFORM_ALARM_WALL_LIMIT_MS = 900_000
+#: Cloudflare's SQLite-backed objects refuse a string, blob or row over 2 MB (``SQLITE_TOOBIG``).
+PLATFORM_ROW_LIMIT_BYTES = 2_000_000
+#: The Attempt wall bound used unless the event deadline is shorter (then half of it).
+DEFAULT_ATTEMPT_TIMEOUT_MS = 300_000
 
 
 class RuntimeConfig(BaseModel):
@@ -51,6 +55,31 @@ class RuntimeConfig(BaseModel):
     max_body_bytes: int = Field(
         1_048_576, ge=1_024, le=33_554_432, description="Largest accepted request body."
     )
+    max_value_bytes: int = Field(
+        262_144,
+        ge=1_024,
+        le=33_554_432,
+        description=(
+            "Largest UTF-8 JSON an agent may store as one value: a step value, result, record,"
+            " approval payload, abort reason or sent message. The default stays well below the"
+            " platform's 2 MB row limit, so a value and the envelope stored around it fit."
+        ),
+    )
+    max_json_depth: int = Field(
+        64,
+        ge=1,
+        le=256,
+        description="Deepest nesting of arrays and objects in any JSON value stored or read.",
+    )
+    attempt_timeout_ms: int = Field(
+        DEFAULT_ATTEMPT_TIMEOUT_MS,
+        ge=1,
+        description=(
+            "Wall bound of one Attempt, enforced by cancelling the agent; must stay below"
+            " event_deadline_ms. Defaults to 300 s, or half the event deadline when that is"
+            " shorter than 300 s and no bound is given."
+        ),
+    )
 
     @model_validator(mode="after")
     def _check_relations(self) -> Self:
@@ -58,6 +87,11 @@ class RuntimeConfig(BaseModel):
             raise ValueError("alarm_backoff_cap_ms must be >= alarm_backoff_base_ms")
         if self.yield_after_ms > self.event_deadline_ms:
             raise ValueError("yield_after_ms must be <= event_deadline_ms")
+        if self.attempt_timeout_ms >= self.event_deadline_ms:
+            if "attempt_timeout_ms" in self.model_fields_set:
+                raise ValueError("attempt_timeout_ms must be < event_deadline_ms")
+            # A short event deadline with no explicit bound: derive one that fits inside it.
+            object.__setattr__(self, "attempt_timeout_ms", max(1, self.event_deadline_ms // 2))
         return self
 
     @property
@@ -66,4 +100,9 @@ class RuntimeConfig(BaseModel):
         return max(1, -(-self.alarm_backoff_base_ms // 2))
 
 
-__all__ = ["PLATFORM_ALARM_WALL_LIMIT_MS", "RuntimeConfig"]
+__all__ = [
+    "DEFAULT_ATTEMPT_TIMEOUT_MS",
+    "PLATFORM_ALARM_WALL_LIMIT_MS",
+    "PLATFORM_ROW_LIMIT_BYTES",
+    "RuntimeConfig",
+]

@@ -7,10 +7,12 @@ mapped to the most specific class here at one boundary, the storage adapter, and
 
     ThreadlineError
     ├── StorageError                 the storage engine refused or failed a statement
+    │   ├── StorageValueTooLarge     it refused a value over its row limit (``SQLITE_TOOBIG``)
     │   └── SchemaError              the database schema is unknown, newer, or a migration failed
     ├── SchedulingError              the alarm substrate was misused (gate inside a transaction)
     ├── ApiError                     a request the HTTP surface rejects; has an HTTP status
     │   ├── ValidationFailed         400/422: malformed JSON, bad ids, schema violations
+    │   │   └── ValueTooLarge        413: a value over ``max_value_bytes``
     │   ├── Unauthorized             401: missing or wrong bearer token
     │   ├── NotFound                 404: no such route, thread or submission
     │   ├── Conflict                 409: idempotency key reused with other input, bad state
@@ -18,6 +20,7 @@ mapped to the most specific class here at one boundary, the storage adapter, and
     ├── BindingUnavailable           a submission names an agent this deployment does not register
     └── AgentError                   raised by (or on behalf of) an agent's code
         ├── RetryableAgentError      the Attempt fails and is retried with backoff
+        │   └── AttemptTimeout       the Attempt outran ``attempt_timeout_ms`` and was cancelled
         └── NonRetryable             the submission settles ``failed`` at once
 
     BaseException
@@ -67,6 +70,19 @@ class StorageError(ThreadlineError):
     code = ErrorCode.STORAGE
 
 
+class StorageValueTooLarge(StorageError):
+    """The storage engine refused a string, blob or row as too large (``SQLITE_TOOBIG``).
+
+    Unlike most storage failures this one is not transient: the same write fails again.
+    """
+
+
+def is_too_big(message: str) -> bool:
+    """Whether a storage engine's error message reports ``SQLITE_TOOBIG``."""
+    lowered = message.lower()
+    return "sqlite_toobig" in lowered or "string or blob too big" in lowered
+
+
 class SchemaError(StorageError):
     """The stored schema cannot be used by this code (newer version, or a failed migration)."""
 
@@ -104,6 +120,15 @@ class ValidationFailed(ApiError):
     ) -> None:
         super().__init__(message, field=field, **extra)
         self.status = status
+
+
+class ValueTooLarge(ValidationFailed):
+    """A value whose JSON is larger than ``RuntimeConfig.max_value_bytes``."""
+
+    title = "Value too large"
+
+    def __init__(self, message: str, *, field: str | None = None, **extra: Any) -> None:
+        super().__init__(message, field=field, status=413, **extra)
 
 
 class Unauthorized(ApiError):
@@ -160,6 +185,14 @@ class RetryableAgentError(AgentError):
     code = ErrorCode.AGENT_RETRYABLE
 
 
+class AttemptTimeout(RetryableAgentError):
+    """The Attempt ran longer than ``RuntimeConfig.attempt_timeout_ms``; its agent was cancelled.
+
+    It is handled like a lost Attempt: retried later unless an uncertain step was in flight,
+    which makes the submission an Unknown Outcome.
+    """
+
+
 class NonRetryable(AgentError):
     """Raise from an agent to settle the submission ``failed`` without further attempts."""
 
@@ -181,6 +214,7 @@ class Evicted(BaseException):
 __all__ = [
     "AgentError",
     "ApiError",
+    "AttemptTimeout",
     "BindingUnavailable",
     "Conflict",
     "ErrorCode",
@@ -192,7 +226,10 @@ __all__ = [
     "SchedulingError",
     "SchemaError",
     "StorageError",
+    "StorageValueTooLarge",
     "ThreadlineError",
     "Unauthorized",
     "ValidationFailed",
+    "ValueTooLarge",
+    "is_too_big",
 ]

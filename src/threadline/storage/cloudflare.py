@@ -40,7 +40,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from threadline.errors import StorageError
+from threadline.errors import StorageError, StorageValueTooLarge, is_too_big
 from threadline.storage.meter import Meter
 from threadline.storage.port import Row, Rows, SqlValue, statement_verb
 
@@ -131,6 +131,8 @@ class CloudflareStorage:
             read = _counter(cursor, "rowsRead")
             written = _counter(cursor, "rowsWritten")
         except Exception as exc:
+            if is_too_big(str(exc)):
+                raise StorageValueTooLarge(f"statement failed: {exc}") from exc
             raise StorageError(f"statement failed: {exc}") from exc
         finally:
             del cursor

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from threadline.errors import StorageError
+from threadline.errors import StorageError, StorageValueTooLarge
 from threadline.storage.meter import Meter
 from threadline.storage.port import Rows, SqlValue, statement_verb
 
@@ -43,9 +43,17 @@ class SqliteStorage:
     updates are not counted. With ``count_vm_steps=True`` it also counts SQLite virtual-machine
     steps in ``vm_steps`` (in units of 64), which grows with the rows a statement examines even
     when it returns few: the honest way to show that a query uses an index here.
+    ``max_length`` caps the bytes of one string or blob as the platform's row limit does (a
+    longer one raises :class:`~threadline.errors.StorageValueTooLarge`).
     """
 
-    def __init__(self, path: str | Path = ":memory:", *, count_vm_steps: bool = False) -> None:
+    def __init__(
+        self,
+        path: str | Path = ":memory:",
+        *,
+        count_vm_steps: bool = False,
+        max_length: int | None = None,
+    ) -> None:
         self.path = str(path)
         self.meter = Meter(approximate=True)
         self.vm_steps = 0
@@ -60,6 +68,10 @@ class SqliteStorage:
         except sqlite3.Error as exc:
             raise StorageError(f"cannot open database {self.path!r}: {exc}") from exc
         self._conn.row_factory = sqlite3.Row
+        if max_length is not None:
+            # Imitates the platform's row limit: a longer string or blob is refused with
+            # SQLITE_TOOBIG, as Cloudflare refuses one over 2 MB.
+            self._conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_length)
         if count_vm_steps:
             self._conn.set_progress_handler(self._count_step, _VM_STEP_GRANULARITY)
 
@@ -78,6 +90,10 @@ class SqliteStorage:
             cursor = self._conn.execute(sql, params)
             fetched = cursor.fetchall()
             cursor.close()
+        except sqlite3.DataError as exc:
+            if getattr(exc, "sqlite_errorname", "") == "SQLITE_TOOBIG":
+                raise StorageValueTooLarge(f"statement failed: {exc}") from exc
+            raise StorageError(f"statement failed: {exc}") from exc
         except (sqlite3.Error, UnicodeEncodeError) as exc:
             # A str with a lone surrogate has no UTF-8 form: sqlite3 refuses to bind it.
             raise StorageError(f"statement failed: {exc}") from exc

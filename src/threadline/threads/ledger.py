@@ -65,6 +65,9 @@ _ACCEPT_INTENT = (
     " VALUES (?, 'accepted', ?, ?) ON CONFLICT (submission_id) DO NOTHING"
 )
 
+#: Longest abort reason kept: it is a note for people, stored with the intent and the error.
+MAX_ABORT_REASON_CHARS = 1_000
+
 #: Open states an abort settles at once: no Attempt is running that must observe it first.
 _ABORT_AT_ONCE = frozenset(
     {
@@ -172,7 +175,7 @@ class Ledger:
         check_id(agent, field="agent")
         if idempotency_key is not None:
             check_id(idempotency_key, field="idempotency_key")
-        input_json = encode_json(input, field="input")
+        input_json = encode_json(input, field="input", max_depth=self.config.max_json_depth)
         if len(input_json.encode("utf-8")) > self.config.max_body_bytes:
             raise PayloadTooLarge(
                 f"input is larger than {self.config.max_body_bytes} bytes", field="input"
@@ -221,7 +224,7 @@ class Ledger:
         if its lease expires first, recovery settles it aborted. Aborting a settled submission
         changes nothing and returns it.
         """
-        encode_json(reason, field="reason")  # storable text, refused before anything is read
+        reason = check_abort_reason(reason)
         current = self.get(submission_id)
         if current.state is SubmissionState.SETTLED:
             return current
@@ -237,7 +240,7 @@ class Ledger:
                 revision=current.revision,
                 outcome=Outcome.ABORTED,
                 now=now,
-                error={"type": "Aborted", "message": reason or "aborted"},
+                error=transitions.aborted_error(reason),
             ):
                 raise Conflict("the submission changed while it was being aborted")
             return self.get(submission_id)
@@ -253,14 +256,16 @@ class Ledger:
         :class:`Conflict`.
         """
         decision = ApprovalDecision(bool(approved), payload)
+        self._check_value(payload, field="payload")
         decision_json = encode_json({"approved": decision.approved, "payload": payload},
-                                    field="payload")
+                                    field="payload", max_depth=None)
         wait = waits.find(self.storage, submission_id, WaitKind.APPROVAL, key)
         if wait is None:
             raise NotFound(f"submission {submission_id!r} awaits no approval {key!r}",
                            field="key")
         if wait.state is not WaitState.OPEN:
-            if wait.decision is not None and encode_json(wait.decision) == decision_json:
+            if (wait.decision is not None
+                    and encode_json(wait.decision, max_depth=None) == decision_json):
                 return decision
             raise Conflict(f"approval {key!r} was already {wait.state.value}", field="key")
         current = self.get(submission_id)
@@ -295,13 +300,14 @@ class Ledger:
         step_key = wait.payload["step"]
         if action is Resolution.ABORT:
             return self.request_abort(submission_id, "unknown outcome resolved by abort")
-        value_json = encode_json(result, field="result") if action is Resolution.ACCEPT else None
+        value_json = (self._check_value(result, field="result")
+                      if action is Resolution.ACCEPT else None)
 
         def write() -> Submission:
             now = self.clock.now_ms()
             decision = {"action": action.value, "result": result}
-            if not waits.resolve(self.storage, wait.id, decision_json=encode_json(decision),
-                                 now=now):
+            if not waits.resolve(self.storage, wait.id,
+                                 decision_json=encode_json(decision, max_depth=None), now=now):
                 raise Conflict("the unknown outcome changed while it was being resolved")
             if action is Resolution.ACCEPT:
                 journal.resolve_started(self.storage, submission_id, step_key,
@@ -316,6 +322,11 @@ class Ledger:
 
         return commit_fact(self.gate, write)
 
+    def _check_value(self, value: JsonValue, *, field: str) -> str:
+        """``value`` as JSON within ``max_json_depth`` and ``max_value_bytes``."""
+        return encode_json(value, field=field, max_depth=self.config.max_json_depth,
+                           max_bytes=self.config.max_value_bytes)
+
     def _wake_if_unblocked(self, current: Submission, now: int) -> None:
         """``suspended|unknown -> ready`` once the submission has no open wait left."""
         if current.state not in (SubmissionState.SUSPENDED, SubmissionState.UNKNOWN):
@@ -327,6 +338,24 @@ class Ledger:
             raise Conflict("the submission changed while its wait was being resolved")
 
 
+def check_abort_reason(reason: object) -> str | None:
+    """An abort's reason: None, or text of at most ``MAX_ABORT_REASON_CHARS`` characters.
+
+    Anything else (a dict, a number, text with a lone surrogate, too long) raises
+    :class:`ValidationFailed` before anything is read or written.
+    """
+    if reason is None:
+        return None
+    if not isinstance(reason, str):
+        raise ValidationFailed("reason must be text", field="reason")
+    if len(reason) > MAX_ABORT_REASON_CHARS:
+        raise ValidationFailed(
+            f"reason is longer than {MAX_ABORT_REASON_CHARS} characters", field="reason"
+        )
+    encode_json(reason, field="reason")  # it must have a UTF-8 form to be stored
+    return reason
+
+
 def check_resolution(action: str) -> Resolution:
     """Parse an Unknown Outcome resolution; anything else raises :class:`ValidationFailed`."""
     try:
@@ -335,4 +364,11 @@ def check_resolution(action: str) -> Resolution:
         raise ValidationFailed("action must be retry, accept or abort", field="action") from exc
 
 
-__all__ = ["AbortIntent", "Ledger", "check_resolution", "work_item"]
+__all__ = [
+    "MAX_ABORT_REASON_CHARS",
+    "AbortIntent",
+    "Ledger",
+    "check_abort_reason",
+    "check_resolution",
+    "work_item",
+]

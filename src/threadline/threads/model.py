@@ -14,12 +14,27 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from threadline.errors import ValidationFailed
+from threadline.errors import ValidationFailed, ValueTooLarge
 
 #: Any value that round-trips through JSON.
 JsonValue = Any
 
 _ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+#: Ids a URL path cannot carry: normalisation rewrites them to the parent or the same segment.
+_PATH_DOTS = frozenset({".", ".."})
+
+#: ``RuntimeConfig.max_json_depth``'s default: nesting of arrays and objects a value may have.
+DEFAULT_MAX_JSON_DEPTH = 64
+#: The deepest stored JSON ever decoded: the largest configurable depth plus room for the
+#: envelopes the runtime wraps around an agent's value (a settled record around a result).
+#: Decoding refuses anything deeper before the recursive parser could exhaust the stack.
+DECODE_DEPTH_CEILING = 256 + 8
+#: Longest failure message kept in an error envelope; the rest is cut, so that recording a
+#: failure never needs more room than the row has.
+MAX_ERROR_MESSAGE_CHARS = 2_000
+
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
 
 class SubmissionState(StrEnum):
@@ -188,25 +203,97 @@ class ApprovalDecision:
         return self.approved
 
 
-def encode_json(value: JsonValue, *, field: str = "value") -> str:
+def encode_json(
+    value: JsonValue,
+    *,
+    field: str = "value",
+    max_depth: int | None = DEFAULT_MAX_JSON_DEPTH,
+    max_bytes: int | None = None,
+) -> str:
     """Canonical JSON text of ``value``; a value JSON cannot carry raises ``ValidationFailed``.
 
-    So does a string holding a lone surrogate (JSON text may spell one as ``"\\ud800"``): it
-    has no UTF-8 form, so storage could not take the text.
+    Refused, each naming ``field``: a value JSON cannot carry; an object key that is not a
+    string (JSON would turn ``1`` into ``"1"``, so the value read back would differ from the
+    one stored, and ``sort_keys`` would order numbers as numbers); nesting deeper than
+    ``max_depth`` (``max_json_depth``), checked without recursion before the encoder recurses;
+    a string holding a lone surrogate (it has no UTF-8 form, so storage could not take the
+    text); and, with ``max_bytes``, UTF-8 text longer than that (:class:`ValueTooLarge`,
+    naming ``max_value_bytes``). ``max_depth=None`` is for envelopes around values already
+    checked.
     """
+    if max_depth is not None:
+        _check_shape(value, field=field, max_depth=max_depth)
     try:
         text = json.dumps(
             value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
         )
-        text.encode("utf-8")
-    except (TypeError, ValueError) as exc:
+        size = len(text.encode("utf-8"))
+    except (TypeError, ValueError, RecursionError) as exc:
         raise ValidationFailed(f"{field} is not JSON: {exc}", field=field) from exc
+    if max_bytes is not None and size > max_bytes:
+        raise ValueTooLarge(
+            f"{field} is {size} bytes of JSON, over max_value_bytes ({max_bytes})",
+            field=field,
+            limit="max_value_bytes",
+        )
     return text
 
 
-def decode_json(text: str | None) -> JsonValue:
-    """The value of stored JSON text (None stays None)."""
-    return None if text is None else json.loads(text)
+def _check_shape(value: JsonValue, *, field: str, max_depth: int) -> None:
+    """Refuse non-string object keys and nesting deeper than ``max_depth``, iteratively."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+            for key in item:
+                if not isinstance(key, str):
+                    raise ValidationFailed(
+                        f"{field} has an object key that is not a string: {key!r}", field=field
+                    )
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        depth += 1
+        if depth > max_depth:
+            raise ValidationFailed(
+                f"{field} is nested deeper than max_json_depth ({max_depth})",
+                field=field,
+                limit="max_json_depth",
+            )
+        stack.extend((child, depth) for child in children if isinstance(child, (dict, list, tuple)))
+
+
+def decode_json(text: str | None, *, max_depth: int = DECODE_DEPTH_CEILING) -> JsonValue:
+    """The value of stored JSON text (None stays None).
+
+    Text nested deeper than ``max_depth`` raises ``ValidationFailed`` naming
+    ``max_json_depth`` instead of letting the recursive parser raise ``RecursionError``.
+    """
+    if text is None:
+        return None
+    if _nesting_exceeds(text, max_depth):
+        raise ValidationFailed(
+            f"stored JSON is nested deeper than max_json_depth ({max_depth})",
+            limit="max_json_depth",
+        )
+    return json.loads(text)
+
+
+def _nesting_exceeds(text: str, limit: int) -> bool:
+    # Cheap first: text with few brackets cannot be deep, whatever its strings hold.
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    depth = 0
+    for bracket in _NOT_BRACKET.sub("", _JSON_STRING.sub("", text)):
+        if bracket in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        else:
+            depth -= 1
+    return False
 
 
 def digest(*parts: str) -> str:
@@ -220,24 +307,39 @@ def digest(*parts: str) -> str:
 
 
 def check_id(value: str, *, field: str) -> str:
-    """Refuse an identifier outside ``[A-Za-z0-9._:-]{1,128}``."""
+    """Refuse an identifier outside ``[A-Za-z0-9._:-]{1,128}``, and ``.`` and ``..``.
+
+    The two dot ids match the pattern but no URL can address them: path normalisation turns
+    ``/threads/..`` into ``/``.
+    """
     if not isinstance(value, str) or _ID.fullmatch(value) is None:
         raise ValidationFailed(f"{field} must match [A-Za-z0-9._:-]{{1,128}}", field=field)
+    if value in _PATH_DOTS:
+        raise ValidationFailed(f"{field} may not be {value!r}", field=field)
     return value
 
 
 def error_envelope(exc: BaseException, *, attempt: int) -> dict[str, JsonValue]:
     """The JSON an Attempt's failure is stored as.
 
-    The message is made storable: a lone surrogate in it is kept as its escape (``\\udc80``),
-    so recording a failure never fails itself.
+    The message is made storable: a lone surrogate in it is kept as its escape (``\\udc80``)
+    and it is cut to ``MAX_ERROR_MESSAGE_CHARS``, so recording a failure never fails itself.
     """
-    message = str(exc).encode("utf-8", "backslashreplace").decode("utf-8")
+    try:
+        text = str(exc)
+    except Exception:  # a foreign exception whose __str__ raises still gets recorded
+        text = "<unprintable message>"
+    if len(text) > MAX_ERROR_MESSAGE_CHARS:
+        text = text[:MAX_ERROR_MESSAGE_CHARS] + f"... ({len(text)} characters)"
+    message = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return {"type": type(exc).__name__, "message": message, "attempt": attempt}
 
 
 __all__ = [
     "CLAIMABLE",
+    "DECODE_DEPTH_CEILING",
+    "DEFAULT_MAX_JSON_DEPTH",
+    "MAX_ERROR_MESSAGE_CHARS",
     "AbortState",
     "Admission",
     "ApprovalDecision",

@@ -30,6 +30,7 @@ from threadline.storage.port import Storage
 from threadline.threads import journal, transitions, waits
 from threadline.threads.ledger import Ledger
 from threadline.threads.model import (
+    JsonValue,
     Outcome,
     SubmissionState,
     WaitKind,
@@ -160,14 +161,9 @@ class Recovery:
         now = self.clock.now_ms()
 
         def write() -> None:
-            payload = encode_json({"step": step_key, "attempt": attempt})
-            # One wait per lost run of the step: a step retried after an earlier resolution
-            # and lost in flight again needs a new open wait, not the resolved one.
-            waits.open_wait(self.storage, self.ids.new_id("wait"), item.submission_id,
-                            WaitKind.UNKNOWN, unknown_wait_key(step_key, item.revision),
-                            now=now, payload_json=payload)
-            if not transitions.move(self.storage, item.submission_id, state=item.state,
-                                    revision=item.revision, to=SubmissionState.UNKNOWN, now=now):
+            if not park_unknown(self.storage, self.ids.new_id("wait"), item.submission_id,
+                                state=item.state, revision=item.revision, step_key=step_key,
+                                attempt=attempt, now=now):
                 raise _Stale
             # Later input of the Thread may run past an Unknown Outcome: that is native work.
 
@@ -198,7 +194,8 @@ class Recovery:
     ) -> RecoveryReport:
         now = self.clock.now_ms()
         error = (
-            {"type": "Aborted", "message": "aborted"}
+            transitions.accepted_abort(self.storage, item.submission_id)
+            or transitions.aborted_error(None)
             if outcome is Outcome.ABORTED
             else _lease_error(item)
         )
@@ -211,6 +208,33 @@ class Recovery:
 
         commit_fact(self.gate, write, (NATIVE, PUBLICATION))
         return RecoveryReport(item.submission_id, item.thread_id, decision, Disposition.SETTLED)
+
+
+def park_unknown(
+    storage: Storage,
+    wait_id: str,
+    submission_id: str,
+    *,
+    state: SubmissionState,
+    revision: int,
+    step_key: str,
+    attempt: int,
+    now: int,
+    error: JsonValue = None,
+) -> bool:
+    """Make the submission an Unknown Outcome of ``step_key``: open its wait, move it.
+
+    Run inside a gate transaction. Compare-and-set on ``(state, revision)``: False, with the
+    wait's insert to be rolled back by the caller, when the submission moved meanwhile.
+    ``error`` (the failure that ended the Attempt, when one did) stays visible on it.
+    """
+    payload = encode_json({"step": step_key, "attempt": attempt})
+    # One wait per lost run of the step: a step retried after an earlier resolution
+    # and lost in flight again needs a new open wait, not the resolved one.
+    waits.open_wait(storage, wait_id, submission_id, WaitKind.UNKNOWN,
+                    unknown_wait_key(step_key, revision), now=now, payload_json=payload)
+    return transitions.move(storage, submission_id, state=state, revision=revision,
+                            to=SubmissionState.UNKNOWN, now=now, error=error)
 
 
 def unknown_wait_key(step_key: str, revision: int) -> str:
@@ -234,5 +258,6 @@ __all__ = [
     "RecoveryDecision",
     "RecoveryReport",
     "RecoverySweepResult",
+    "park_unknown",
     "unknown_wait_key",
 ]

@@ -8,7 +8,11 @@ ways, each one compare-and-set on the claimed revision:
 * the agent returned: settle ``completed`` (``aborted`` if an abort was accepted meanwhile);
 * it waits (approval, timer): ``suspended``, its wait durable;
 * it raised: ready again after a backoff, or ``failed`` once ``max_attempts`` is spent or the
-  error is :class:`~threadline.errors.NonRetryable`;
+  error is :class:`~threadline.errors.NonRetryable` or ``ValidationFailed`` (a refused
+  argument or value: a retry would be refused again); so does any foreign ``BaseException``;
+* it ran past ``attempt_timeout_ms``: cancelled, then handled like a lost Attempt;
+* it left while an ``uncertain`` step was in flight (its result never journaled) and did not
+  settle: an Unknown Outcome, never a second run of that step;
 * it observed an accepted abort, or one was accepted before it ended: settle ``aborted``;
 * the pass's yield deadline passed at a step boundary: ready again, the attempt refunded.
 
@@ -18,16 +22,25 @@ the journal and the abort intent (:mod:`threadline.threads.recovery`).
 
 from __future__ import annotations
 
+import asyncio
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from threadline.clock import Clock
 from threadline.config import RuntimeConfig
-from threadline.errors import NonRetryable, ValidationFailed
+from threadline.errors import (
+    AttemptTimeout,
+    Evicted,
+    NonRetryable,
+    StorageError,
+    StorageValueTooLarge,
+    ValidationFailed,
+)
 from threadline.ids import IdSource
 from threadline.scheduling import backoff_ms
 from threadline.storage.port import Storage
-from threadline.threads import outbox, transitions, waits
+from threadline.threads import journal, outbox, transitions, waits
 from threadline.threads.agents import AgentBinding, AgentRegistry, binding_registry_key
 from threadline.threads.ledger import Ledger
 from threadline.threads.model import (
@@ -49,9 +62,9 @@ from threadline.threads.ports import (
     MutationGate,
     commit_fact,
 )
-from threadline.threads.recovery import Recovery, RecoverySweepResult
-from threadline.threads.signals import AbortObserved, LeaseLost, Suspend, YieldNow
-from threadline.threads.turn import Claim, Turn
+from threadline.threads.recovery import Recovery, RecoverySweepResult, park_unknown
+from threadline.threads.signals import AbortObserved, ControlSignal, LeaseLost, Suspend, YieldNow
+from threadline.threads.turn import PROPAGATES, Claim, Turn
 
 ATTEMPT_CLAIMED = "attempt:claimed"
 SETTLE_BEFORE = "settle:before"
@@ -59,8 +72,6 @@ SETTLE_AFTER = "settle:after"
 
 #: The kind of the outbox record published when an agent asks for an approval.
 APPROVAL_REQUESTED_KIND = "approval.requested"
-
-_ABORTED = {"type": "Aborted", "message": "aborted"}
 
 
 class ThreadRuntime:
@@ -127,11 +138,20 @@ class ThreadRuntime:
         if head is None:
             return None
         if head.state is SubmissionState.TERMINALIZING:
-            return self._settle_open(head, Outcome.ABORTED, error=_ABORTED)
+            reason = transitions.accepted_abort(self.storage, head.submission_id)
+            return self._settle_open(head, Outcome.ABORTED,
+                                     error=reason or transitions.aborted_error(None))
         if head.state not in CLAIMABLE or (head.not_before or 0) > now:
             return None
         binding = self.registry.resolve(head.agent)
-        claim = self._claim(head)
+        try:
+            claim = self._claim(head)
+        except ValidationFailed as exc:
+            # Its stored input cannot be read (nested beyond what the decoder accepts): no
+            # Attempt could ever run it, so it fails now instead of holding its Thread.
+            failure = NonRetryable(f"the input cannot be read: {exc.message}")
+            return self._settle_open(head, Outcome.FAILED,
+                                     error=error_envelope(failure, attempt=head.attempts + 1))
         if claim is None:
             return None
         await self.failpoints.reached(ATTEMPT_CLAIMED)
@@ -158,48 +178,114 @@ class ThreadRuntime:
     async def _attempt(
         self, claim: Claim, binding: AgentBinding, yield_after: int | None
     ) -> Settlement | None:
+        deadline = self.clock.now_ms() + self.config.attempt_timeout_ms
         turn = Turn(claim, storage=self.storage, gate=self.gate, clock=self.clock,
-                    failpoints=self.failpoints, yield_after=yield_after)
+                    failpoints=self.failpoints, yield_after=yield_after, config=self.config,
+                    deadline=deadline)
         try:
-            value = await binding.fn(turn)
+            value = await self._bounded(binding.fn(turn), deadline)
         except LeaseLost:
             return None
-        except (AbortObserved, Suspend, YieldNow, Exception) as exc:
+        except PROPAGATES as exc:
+            if isinstance(exc, ControlSignal):
+                return await self._ended(claim, exc)
+            raise
+        except BaseException as exc:
+            # Any other exception, a foreign BaseException too (GeneratorExit, a custom
+            # subclass), fails the Attempt with its type and message; letting it escape would
+            # leave the claim to expire and lose both.
             return await self._ended(claim, exc)
         try:
-            result_json = encode_json(value, field="result")
+            result_json = encode_json(value, field="result", max_depth=self.config.max_json_depth,
+                                      max_bytes=self.config.max_value_bytes)
         except ValidationFailed as exc:
-            failure = NonRetryable(exc.message)
-            return await self._settle(claim, Outcome.FAILED,
-                                      error=error_envelope(failure, attempt=claim.attempt))
+            return await self._ended(claim, NonRetryable(exc.message))
         return await self._settle(claim, Outcome.COMPLETED, result_json=result_json)
+
+    async def _bounded(self, work: Awaitable[Any], deadline: int) -> Any:
+        """Await the agent, cancelling it once the clock reaches ``deadline``.
+
+        The bound is read from the injected clock, so it holds on the platform's timers and
+        in tests alike. A cancellation from outside (the pass's event deadline) cancels the
+        agent, waits for it to unwind, and propagates without writing anything: the claim is
+        left running for recovery to find.
+        """
+        agent = asyncio.ensure_future(work)
+        timer = asyncio.ensure_future(self.clock.sleep_until(deadline))
+        try:
+            await asyncio.wait((agent, timer), return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            agent.cancel()
+            timer.cancel()
+            await asyncio.wait((agent, timer))
+            raise
+        timer.cancel()
+        if agent.done():
+            return agent.result()
+        agent.cancel()
+        await asyncio.wait((agent,))
+        unwound = None if agent.cancelled() else agent.exception()
+        if isinstance(unwound, (Evicted, KeyboardInterrupt, SystemExit)):
+            raise unwound
+        raise AttemptTimeout(
+            f"the Attempt ran longer than attempt_timeout_ms ({self.config.attempt_timeout_ms})"
+        )
 
     async def _ended(self, claim: Claim, exc: BaseException) -> Settlement | None:
         """End an Attempt the agent left by raising ``exc``.
 
         Ending is a step boundary too: an abort accepted while the agent ran (after its last
         boundary, or while it unwound through ``finally`` blocks that await) settles the
-        submission aborted, rather than parking it behind a wait or a retry. From the check to
-        the commit nothing awaits, so no abort can slip in between.
+        submission aborted with its reason, rather than parking it behind a wait or a retry.
+        From the check to the commit nothing awaits, so no abort can slip in between. Every
+        end that leaves the submission open first looks for an uncertain step still in
+        flight: once one started, the only ways on are its journaled result or an Unknown
+        Outcome, never a second run.
         """
-        if isinstance(exc, AbortObserved) or transitions.abort_accepted(
-            self.storage, claim.submission.id
-        ):
-            return await self._settle(claim, Outcome.ABORTED, error=_ABORTED)
+        aborted = transitions.accepted_abort(self.storage, claim.submission.id)
+        if isinstance(exc, AbortObserved) or aborted is not None:
+            return await self._settle(claim, Outcome.ABORTED,
+                                      error=aborted or transitions.aborted_error(None))
+        if isinstance(exc, (NonRetryable, ValidationFailed)):
+            # A refused argument or value is refused again on every retry: fail for good.
+            return await self._settle(claim, Outcome.FAILED,
+                                      error=error_envelope(exc, attempt=claim.attempt))
+        if self._park_if_in_flight(claim, exc):
+            return None
         if isinstance(exc, Suspend):
             signal = exc
-            self._end(lambda: self._suspend(claim, signal),
-                      lanes=(PUBLICATION,) if signal.kind is WaitKind.APPROVAL else ())
+            try:
+                self._end(lambda: self._suspend(claim, signal),
+                          lanes=(PUBLICATION,) if signal.kind is WaitKind.APPROVAL else ())
+            except StorageError as refused:
+                return await self._ended(claim, _final(refused))
             return None
         if isinstance(exc, YieldNow):
             self._end(lambda: self._release(claim, refund=True, not_before=None))
             return None
-        if isinstance(exc, NonRetryable):
-            return await self._settle(claim, Outcome.FAILED,
-                                      error=error_envelope(exc, attempt=claim.attempt))
         return await self._failed(claim, exc)
 
+    def _park_if_in_flight(self, claim: Claim, exc: BaseException) -> bool:
+        """Make the submission an Unknown Outcome if an uncertain step is still in flight."""
+        entry = journal.in_flight_uncertain(self.storage, claim.submission.id)
+        if entry is None:
+            return False
+        error = None if isinstance(exc, ControlSignal) else error_envelope(
+            exc, attempt=claim.attempt)
+
+        def write() -> None:
+            if not park_unknown(self.storage, self.ids.new_id("wait"), claim.submission.id,
+                                state=SubmissionState.RUNNING, revision=claim.revision,
+                                step_key=entry.step_key, attempt=entry.attempt,
+                                now=self.clock.now_ms(), error=error):
+                raise LeaseLost(claim.submission.id)
+
+        self._end(write)
+        return True
+
     async def _failed(self, claim: Claim, exc: BaseException) -> Settlement | None:
+        if self._park_if_in_flight(claim, exc):
+            return None
         error = error_envelope(exc, attempt=claim.attempt)
         if claim.attempt >= self.config.max_attempts:
             return await self._settle(claim, Outcome.FAILED, error=error)
@@ -250,9 +336,10 @@ class ThreadRuntime:
             # Published with the wait it announces: whoever reacts to it finds the wait open.
             body = {"submission_id": submission.id, "key": signal.wait_key,
                     "payload": decode_json(signal.payload_json)}
+            # The payload was checked against the limits when the agent asked.
             outbox.publish(self.storage, record_id=f"{submission.id}:approval:{signal.wait_key}",
                            thread_id=submission.thread_id, kind=APPROVAL_REQUESTED_KIND,
-                           body_json=encode_json(body), now=now)
+                           body_json=encode_json(body, max_depth=None), now=now)
 
     async def _settle(
         self,
@@ -269,10 +356,10 @@ class ThreadRuntime:
             now = self.clock.now_ms()
             final, final_result, final_error = outcome, result_json, error
             # Settlement is a boundary too: an abort accepted while the agent ran wins.
-            if outcome is not Outcome.ABORTED and transitions.abort_accepted(
-                self.storage, submission.id
-            ):
-                final, final_result, final_error = Outcome.ABORTED, None, _ABORTED
+            aborted = (None if outcome is Outcome.ABORTED
+                       else transitions.accepted_abort(self.storage, submission.id))
+            if aborted is not None:
+                final, final_result, final_error = Outcome.ABORTED, None, aborted
             if not transitions.settle(self.storage, submission.id,
                                       thread_id=submission.thread_id,
                                       state=SubmissionState.RUNNING, revision=claim.revision,
@@ -287,6 +374,12 @@ class ThreadRuntime:
             settlement = commit_fact(self.gate, write, (NATIVE, PUBLICATION))
         except LeaseLost:
             return None
+        except StorageError as refused:
+            if outcome is not Outcome.COMPLETED:
+                raise  # a small error envelope refused: storage itself is failing
+            # The result could not be stored: the Attempt fails now with that reason, rather
+            # than leaving the claim to expire and be reported as lost.
+            return await self._ended(claim, _final(refused))
         await self.failpoints.reached(SETTLE_AFTER)
         return settlement
 
@@ -303,6 +396,13 @@ class ThreadRuntime:
             return Settlement(item.submission_id, item.thread_id, outcome, None, error)
 
         return commit_fact(self.gate, write, (NATIVE, PUBLICATION))
+
+
+def _final(refused: StorageError) -> BaseException:
+    """A storage refusal as an Attempt failure: final when the value is too large for a row."""
+    if isinstance(refused, StorageValueTooLarge):
+        return NonRetryable(f"storage refused a value as too large: {refused.message}")
+    return refused
 
 
 def _head_of(items: list[WorkItem]) -> WorkItem | None:

@@ -41,6 +41,7 @@ _APPLY_ABORT = (
     " WHERE submission_id = ? AND state = 'accepted'"
 )
 _READ_INTENT_STATE = "SELECT state FROM tl_abort_intents WHERE submission_id = ?"
+_READ_INTENT_REASON = "SELECT state, reason FROM tl_abort_intents WHERE submission_id = ?"
 
 #: The kind of the outbox record published when a submission settles.
 SETTLED_KIND = "submission.settled"
@@ -132,7 +133,8 @@ def settle(
         record_id=f"{submission_id}:settled",
         thread_id=thread_id,
         kind=SETTLED_KIND,
-        body_json=encode_json(body),
+        # The result inside was checked when it was encoded; the envelope adds one level.
+        body_json=encode_json(body, max_depth=None),
         now=now,
     )
     return True
@@ -144,4 +146,29 @@ def abort_accepted(storage: Storage, submission_id: str) -> bool:
     return bool(state == AbortState.ACCEPTED.value)
 
 
-__all__ = ["SETTLED_KIND", "abort_accepted", "claim", "move", "settle"]
+def aborted_error(reason: str | None) -> dict[str, JsonValue]:
+    """The error an aborted submission settles with: the abort's reason, or ``"aborted"``."""
+    return {"type": "Aborted", "message": reason or "aborted"}
+
+
+def accepted_abort(storage: Storage, submission_id: str) -> dict[str, JsonValue] | None:
+    """The error to settle with when an abort was accepted and not yet applied, else None.
+
+    It carries the reason given with the abort, so an abort that had to wait for a running
+    Attempt to observe it keeps its reason like one that settled at once.
+    """
+    row = storage.exec(_READ_INTENT_REASON, submission_id).first()
+    if row is None or row["state"] != AbortState.ACCEPTED.value:
+        return None
+    return aborted_error(row["reason"])
+
+
+__all__ = [
+    "SETTLED_KIND",
+    "abort_accepted",
+    "aborted_error",
+    "accepted_abort",
+    "claim",
+    "move",
+    "settle",
+]

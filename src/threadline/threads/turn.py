@@ -13,13 +13,18 @@ Attempt's claim: an Attempt that lost its lease cannot write anything more.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import timedelta
+from typing import Any, TypeVar
 
 from threadline.clock import Clock
-from threadline.errors import NonRetryable, ValidationFailed
+from threadline.config import RuntimeConfig
+from threadline.errors import Evicted, NonRetryable, StorageValueTooLarge, ValidationFailed
 from threadline.storage.port import Storage
 from threadline.threads import journal, messages, outbox, transitions, waits
 from threadline.threads.model import (
@@ -37,13 +42,38 @@ from threadline.threads.model import (
     error_envelope,
 )
 from threadline.threads.ports import MESSAGES, PUBLICATION, Failpoints, MutationGate, commit_fact
-from threadline.threads.signals import AbortObserved, LeaseLost, Suspend, YieldNow
+from threadline.threads.signals import (
+    AbortObserved,
+    ControlSignal,
+    LeaseLost,
+    Suspend,
+    YieldNow,
+)
+
+T = TypeVar("T")
 
 _FENCE = "SELECT state, revision, lease_owner FROM tl_submissions WHERE id = ?"
 
 STEP_STARTED = "step:started"
 STEP_FINISHED = "step:finished"
 EMIT_COMMITTED = "emit:committed"
+
+#: The longest durable sleep: a year and a day (366 days), in milliseconds.
+MAX_SLEEP_MS = 366 * 86_400_000
+#: What ``emit(kind=...)`` accepts: a letter, then up to 63 of ``[A-Za-z0-9_.:-]``.
+KIND_PATTERN = r"[A-Za-z][A-Za-z0-9_.:-]{0,63}"
+#: Record kinds the runtime publishes itself (``submission.settled``, ``approval.requested``)
+#: and may add to; an agent's record may not pass for one of them.
+RESERVED_KIND_PREFIXES = ("submission.", "approval.", "threadline.")
+#: Bounds a RetryPolicy is checked against when it is built.
+MAX_STEP_TRIES = 100
+MAX_STEP_DELAY_MS = 3_600_000
+MAX_BACKOFF = 1_000.0
+
+_KIND = re.compile(KIND_PATTERN)
+#: What may leave an Attempt as it is: the runtime's signals, a (simulated) eviction, and the
+#: host cancelling or stopping the code. Anything else an agent raises fails the Attempt.
+PROPAGATES = (ControlSignal, Evicted, asyncio.CancelledError, KeyboardInterrupt, SystemExit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +92,23 @@ class RetryPolicy:
     non_retryable: tuple[type[BaseException], ...] = field(default=())
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ValueError("max_attempts must be >= 1")
-        if self.initial_delay_ms < 0 or self.max_delay_ms < 0:
-            raise ValueError("delays must be >= 0")
-        if self.backoff < 1:
-            raise ValueError("backoff must be >= 1")
+        if not _is_int(self.max_attempts) or not 1 <= self.max_attempts <= MAX_STEP_TRIES:
+            raise ValueError(f"max_attempts must be an int from 1 to {MAX_STEP_TRIES}")
+        for name in ("initial_delay_ms", "max_delay_ms"):
+            delay = getattr(self, name)
+            if not _is_int(delay) or not 0 <= delay <= MAX_STEP_DELAY_MS:
+                raise ValueError(f"{name} must be an int from 0 to {MAX_STEP_DELAY_MS}")
+        if (
+            isinstance(self.backoff, bool)
+            or not isinstance(self.backoff, (int, float))
+            or not 1 <= self.backoff <= MAX_BACKOFF
+        ):
+            raise ValueError(f"backoff must be a number from 1 to {MAX_BACKOFF:g}")
+        if not isinstance(self.non_retryable, tuple) or not all(
+            isinstance(kind, type) and issubclass(kind, BaseException)
+            for kind in self.non_retryable
+        ):
+            raise ValueError("non_retryable must be a tuple of exception types")
 
     def retries(self, exc: Exception, tried: int) -> bool:
         """Whether a step that raised ``exc`` on try number ``tried`` is tried again."""
@@ -76,8 +117,20 @@ class RetryPolicy:
         return not isinstance(exc, self.non_retryable)
 
     def delay_ms(self, tried: int) -> int:
-        """The pause before try number ``tried + 1``."""
-        return int(min(self.max_delay_ms, self.initial_delay_ms * self.backoff ** (tried - 1)))
+        """The pause before try number ``tried + 1``: exponential, never above ``max_delay_ms``.
+
+        The growth is clamped as it is computed, so a large ``backoff`` cannot overflow.
+        """
+        delay = float(self.initial_delay_ms)
+        for _ in range(max(0, tried - 1)):
+            if delay >= self.max_delay_ms:
+                break
+            delay *= self.backoff
+        return int(min(delay, self.max_delay_ms))
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +159,8 @@ class Turn:
         clock: Clock,
         failpoints: Failpoints,
         yield_after: int | None = None,
+        config: RuntimeConfig | None = None,
+        deadline: int | None = None,
     ) -> None:
         self._claim = claim
         self._storage = storage
@@ -113,6 +168,9 @@ class Turn:
         self._clock = clock
         self._failpoints = failpoints
         self._yield_after = yield_after
+        self._config = config if config is not None else RuntimeConfig()
+        # The Attempt's wall bound (epoch ms): in-step retries never plan to sleep past it.
+        self._deadline = deadline
         self._seen: dict[str, int] = {}
         self._position = 0
 
@@ -160,10 +218,13 @@ class Turn:
         is an identifier (``[A-Za-z0-9._:-]{1,128}``); calling a name again within one Attempt
         journals a further occurrence of it.
         """
-        effect = StepEffect(effect)
+        # A bad name, effect or policy is a programming error: retrying cannot fix it.
+        effect = _checked(lambda: StepEffect(effect), "effect must be idempotent or uncertain")
         # The occurrence suffix ("#2") cannot appear in a name, so no name aliases another
         # step's later occurrence and reads its journal entry.
-        check_id(name, field="step")
+        _checked(lambda: check_id(name, field="step"))
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise ValidationFailed("retry must be a RetryPolicy", field="retry")
         key = self._key(f"step:{name}")
         position = self._next_position()
         entry = journal.read_entry(self._storage, self.submission_id, key)
@@ -173,7 +234,41 @@ class Turn:
         if effect is StepEffect.UNCERTAIN:
             self._write(lambda: self._journal(key, position, effect, StepState.STARTED))
         await self._failpoints.reached(STEP_STARTED)
-        policy = retry if retry is not None else RetryPolicy()
+        value = await self._run(fn, key, position, effect, retry or RetryPolicy())
+        try:
+            value_json = self._encode(value, field=f"step {name!r} value")
+        except ValidationFailed as exc:
+            failure = NonRetryable(exc.message)
+            if effect is StepEffect.UNCERTAIN:
+                # It returned, so it is no longer in flight, even though its value is lost.
+                self._record_failure(key, position, effect, failure)
+            raise failure from exc
+        # If this write fails the step stays in flight: an uncertain one then becomes an
+        # Unknown Outcome (the runtime sees its `started` entry), never a second run. Only
+        # storage refusing the value as too large is final, like the configured limit above.
+        try:
+            self._write(lambda: self._journal(
+                key, position, effect, StepState.FINISHED, value_json=value_json))
+        except NonRetryable as refused:
+            if effect is StepEffect.UNCERTAIN:
+                self._record_failure(key, position, effect, refused)
+            raise
+        await self._failpoints.reached(STEP_FINISHED)
+        return decode_json(value_json)
+
+    async def _run(
+        self,
+        fn: Callable[[], Any],
+        key: str,
+        position: int,
+        effect: StepEffect,
+        policy: RetryPolicy,
+    ) -> Any:
+        """Call ``fn`` until it returns or ``policy`` stops retrying it.
+
+        Before each retry the abort intent is read again, and a pause that would end past the
+        Attempt's wall bound is not started: the step fails with its last error instead.
+        """
         tried = 0
         while True:
             tried += 1
@@ -181,26 +276,30 @@ class Turn:
                 value = fn()
                 if inspect.isawaitable(value):
                     value = await value
-                break
+                return value
             except Exception as exc:
-                if not policy.retries(exc, tried):
-                    if effect is StepEffect.UNCERTAIN:
-                        # It returned control, so it is no longer in flight: not Unknown.
-                        self._record_failure(key, position, effect, exc)
-                    raise
-                await self._clock.sleep_until(self._clock.now_ms() + policy.delay_ms(tried))
-        try:
-            value_json = encode_json(value, field=f"step {name!r}")
-        except ValidationFailed as exc:
-            failure = NonRetryable(exc.message)
-            if effect is StepEffect.UNCERTAIN:
-                # It returned, so it is no longer in flight, even though its value is lost.
-                self._record_failure(key, position, effect, failure)
-            raise failure from exc
-        self._write(lambda: self._journal(
-            key, position, effect, StepState.FINISHED, value_json=value_json))
-        await self._failpoints.reached(STEP_FINISHED)
-        return decode_json(value_json)
+                retrying = policy.retries(exc, tried)
+                if retrying:
+                    wake = self._clock.now_ms() + policy.delay_ms(tried)
+                    in_time = self._deadline is None or wake < self._deadline
+                    retrying = in_time and not self.aborted
+                    if retrying:
+                        await self._clock.sleep_until(wake)
+                        retrying = not self.aborted
+                if retrying:
+                    continue
+                if effect is StepEffect.UNCERTAIN:
+                    # It returned control, so it is no longer in flight: not Unknown.
+                    self._record_failure(key, position, effect, exc)
+                if self.aborted:
+                    raise AbortObserved(self.submission_id) from exc
+                raise
+            except BaseException as exc:
+                # A foreign BaseException also means the function returned control; a signal,
+                # an eviction or a cancellation leaves it in flight.
+                if effect is StepEffect.UNCERTAIN and not isinstance(exc, PROPAGATES):
+                    self._record_failure(key, position, effect, exc)
+                raise
 
     async def emit(self, record: JsonValue, *, kind: str = "record") -> str:
         """Append ``record`` to the Thread's canonical history and publish it; returns its id.
@@ -208,11 +307,12 @@ class Turn:
         History, outbox row and publication-lane enrollment commit in one transaction. On
         replay the record is found by its id and not appended again.
         """
+        _checked(lambda: check_kind(kind))
         record_id = f"{self.submission_id}:{self._key('emit')}"
         self._next_position()
         if outbox.history_has(self._storage, record_id):
             return record_id
-        body_json = encode_json(record, field="record")
+        body_json = self._encode_or_fail(record, field="record")
         await self._boundary()
 
         def write() -> None:
@@ -232,13 +332,13 @@ class Turn:
         Only the outbound row is written here (once, even on replay); the messages lane
         delivers it later, at least once.
         """
-        check_id(space, field="space")
-        check_id(thread, field="thread")
+        _checked(lambda: check_id(space, field="space"))
+        _checked(lambda: check_id(thread, field="thread"))
         message_id = f"{self.submission_id}:{self._key('send')}"
         self._next_position()
         if messages.message_exists(self._storage, message_id):
             return message_id
-        input_json = encode_json(input, field="input")
+        input_json = self._encode_or_fail(input, field="message input")
         await self._boundary()
 
         def write() -> None:
@@ -259,21 +359,28 @@ class Turn:
         the decision. Keys name one approval per submission: asking again returns the same
         decision.
         """
-        check_id(key, field="key")
+        _checked(lambda: check_id(key, field="key"))
         self._next_position()
         wait = waits.find(self._storage, self.submission_id, WaitKind.APPROVAL, key)
         if wait is not None and wait.state is WaitState.RESOLVED:
             decided = wait.decision if isinstance(wait.decision, dict) else {}
             return ApprovalDecision(bool(decided.get("approved")), decided.get("payload"))
-        payload_json = encode_json(payload, field="payload")
+        payload_json = self._encode_or_fail(payload, field="approval payload")
         await self._boundary()
         raise Suspend(WaitKind.APPROVAL, key, payload_json=payload_json)
 
-    async def sleep(self, ms: int) -> None:
-        """Wait durably for ``ms`` milliseconds: a timer on the native lane, not a coroutine."""
+    async def sleep(self, duration: timedelta | float) -> None:
+        """Wait durably: a timer on the native lane, not a coroutine.
+
+        ``duration`` is a ``timedelta`` or a number of milliseconds, finite, from 0 up to
+        ``MAX_SLEEP_MS`` (366 days); a fraction of a millisecond rounds up. Anything else (a
+        negative, NaN, an infinity, a bool, a longer wait) raises ``ValidationFailed`` naming
+        the rule, which fails the Attempt for good.
+        """
+        ms = _checked(lambda: sleep_ms(duration))
         key = self._key("sleep")
         self._next_position()
-        if ms <= 0:
+        if ms == 0:
             return
         wait = waits.find(self._storage, self.submission_id, WaitKind.TIMER, key)
         now = self._clock.now_ms()
@@ -307,8 +414,18 @@ class Turn:
         if self._yield_after is not None and self._clock.now_ms() >= self._yield_after:
             raise YieldNow(self.submission_id)
 
+    def _encode(self, value: JsonValue, *, field: str) -> str:
+        return encode_json(value, field=field, max_depth=self._config.max_json_depth,
+                           max_bytes=self._config.max_value_bytes)
+
+    def _encode_or_fail(self, value: JsonValue, *, field: str) -> str:
+        """``value`` as JSON within the configured limits; a value outside them raises
+        ``ValidationFailed`` (``ValueTooLarge``), which fails the Attempt for good: running
+        the agent again would produce it again."""
+        return self._encode(value, field=field)
+
     def _record_failure(
-        self, key: str, position: int, effect: StepEffect, exc: Exception
+        self, key: str, position: int, effect: StepEffect, exc: BaseException
     ) -> None:
         error_json = encode_json(error_envelope(exc, attempt=self.attempt))
         self._write(lambda: self._journal(
@@ -346,10 +463,69 @@ class Turn:
 
         # Journal writes add no work for anyone else (the claim's lease deadline already stands
         # on the native lane); records and messages are new facts for their lanes.
-        if lanes:
-            commit_fact(self._gate, fenced, lanes)
-        else:
-            self._gate.mutate(fenced, invalidates_recovery=False)
+        try:
+            if lanes:
+                commit_fact(self._gate, fenced, lanes)
+            else:
+                self._gate.mutate(fenced, invalidates_recovery=False)
+        except StorageValueTooLarge as exc:
+            # The same write would be refused again: running the agent again cannot help.
+            raise NonRetryable(f"storage refused a value as too large: {exc.message}") from exc
 
 
-__all__ = ["EMIT_COMMITTED", "STEP_FINISHED", "STEP_STARTED", "Claim", "RetryPolicy", "Turn"]
+def _checked(check: Callable[[], T], message: str | None = None) -> T:
+    """Run a check of an agent's argument; a refusal raises ``ValidationFailed``.
+
+    The runtime fails the Attempt for good on it: the same call would be refused again.
+    """
+    try:
+        return check()
+    except ValidationFailed:
+        raise
+    except ValueError as exc:
+        raise ValidationFailed(message or str(exc)) from exc
+
+
+def check_kind(kind: object) -> str:
+    """Refuse a record kind outside ``KIND_PATTERN`` or under a reserved prefix."""
+    if not isinstance(kind, str) or _KIND.fullmatch(kind) is None:
+        raise ValidationFailed(f"kind must match {KIND_PATTERN}", field="kind")
+    if kind.startswith(RESERVED_KIND_PREFIXES):
+        raise ValidationFailed(f"kind {kind!r} is reserved for the runtime's records",
+                               field="kind")
+    return kind
+
+
+def sleep_ms(duration: object) -> int:
+    """Whole milliseconds of a sleep; see :meth:`Turn.sleep` for what is accepted."""
+    if isinstance(duration, timedelta):
+        ms: float = duration / timedelta(milliseconds=1)
+    elif isinstance(duration, (int, float)) and not isinstance(duration, bool):
+        ms = duration
+    else:
+        raise ValidationFailed("sleep takes a timedelta or a number of milliseconds",
+                               field="duration")
+    if isinstance(ms, float) and not math.isfinite(ms):
+        raise ValidationFailed("sleep duration must be finite", field="duration")
+    if ms < 0:
+        raise ValidationFailed("sleep duration must not be negative", field="duration")
+    if ms > MAX_SLEEP_MS:
+        raise ValidationFailed(f"sleep duration must be at most {MAX_SLEEP_MS} ms (366 days)",
+                               field="duration")
+    return math.ceil(ms)
+
+
+__all__ = [
+    "EMIT_COMMITTED",
+    "KIND_PATTERN",
+    "MAX_SLEEP_MS",
+    "PROPAGATES",
+    "RESERVED_KIND_PREFIXES",
+    "STEP_FINISHED",
+    "STEP_STARTED",
+    "Claim",
+    "RetryPolicy",
+    "Turn",
+    "check_kind",
+    "sleep_ms",
+]
