@@ -59,6 +59,46 @@ async def flaky(turn: Turn) -> Any:
     return {"attempt": turn.attempt}
 
 
+#: Hardening probes: a value limit above the platform's 2 MB row limit, so that values of a
+#: few MB reach storage and are refused there (SQLITE_TOOBIG), as an app could configure.
+hardening_app = Application(
+    RuntimeConfig(alarm_backoff_base_ms=1, alarm_backoff_cap_ms=2, max_value_bytes=4_194_304)
+)
+#: How often each hardening agent's body or step function ran, per Thread.
+hardening_runs: dict[str, int] = {}
+PLATFORM_TOO_BIG = 3_000_000
+
+
+def _count_run(key: str) -> None:
+    hardening_runs[key] = hardening_runs.get(key, 0) + 1
+
+
+@hardening_app.agent("big-step")
+async def big_step(turn: Turn) -> Any:
+    """An uncertain step whose value is over the platform's row limit."""
+
+    def act() -> str:
+        _count_run(turn.thread_id)
+        return "x" * PLATFORM_TOO_BIG
+
+    value = await turn.step("act", act, effect="uncertain")
+    return len(value)
+
+
+@hardening_app.agent("big-result")
+async def big_result(turn: Turn) -> Any:
+    """A result over the platform's row limit."""
+    _count_run(turn.thread_id)
+    return "x" * PLATFORM_TOO_BIG
+
+
+@probe_app.agent("over-limit")
+async def over_limit(turn: Turn) -> Any:
+    """A step value over the default max_value_bytes (256 KiB), below the platform's limit."""
+    value = await turn.step("act", lambda: "x" * 300_000, effect="uncertain")
+    return len(value)
+
+
 PREFIX = "/_probe/"
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS probe_items (k TEXT PRIMARY KEY, v TEXT)",
@@ -360,18 +400,52 @@ class StorageProbe(DurableObject):
         seen["open"] = len(ledger.scan_nonterminal())
         return seen
 
-    async def thread_runtime(self) -> ThreadRuntime:
+    async def op_hardening(self, agent: str, thread: str) -> dict[str, Any]:
+        """Run ``agent``'s submission until it leaves the runnable states (at most 8 Attempts)."""
+        app = probe_app if agent == "over-limit" else hardening_app
+        runtime = await self.thread_runtime(app)
+        admitted = runtime.ledger.admit(thread, agent, None).submission
+        attempts: list[Any] = []
+        for _ in range(8):
+            try:
+                settled = await runtime.process_thread_head(thread)
+            except Exception as exc:  # escaping process_thread_head is the defect itself
+                attempts.append(f"raised {type(exc).__name__}: {str(exc)[:200]}")
+                break
+            state = runtime.ledger.get(admitted.id).state
+            attempts.append(str(settled.outcome) if settled is not None else str(state))
+            if str(state) in ("settled", "unknown", "running"):
+                break
+            await asyncio.sleep(0.005)  # past the 1-2 ms backoff
+        stored = runtime.ledger.get(admitted.id)
+        journal = {
+            row["step_key"]: row["state"]
+            for row in self.storage.exec(
+                "SELECT step_key, state FROM tl_journal WHERE submission_id = ?", admitted.id
+            )
+        }
+        return {
+            "attempts": attempts,
+            "state": str(stored.state),
+            "outcome": None if stored.outcome is None else str(stored.outcome),
+            "error": stored.error,
+            "runs": hardening_runs.get(thread, 0),
+            "journal": journal,
+            "attempts_charged": stored.attempts,
+        }
+
+    async def thread_runtime(self, app: Application = probe_app) -> ThreadRuntime:
         """A thread runtime over this object's storage, as one incarnation would build it."""
         migrate(self.storage)
         await self.storage.get_alarm()
         rng = random.SystemRandom()
-        scheduler = build_scheduler(self.storage, SystemClock(), probe_app.config, rng)
+        scheduler = build_scheduler(self.storage, SystemClock(), app.config, rng)
         return ThreadRuntime(
             self.storage,
-            probe_app.agents,
+            app.agents,
             gate=scheduler.gate,
             failpoints=scheduler.failpoints,
-            config=probe_app.config,
+            config=app.config,
             clock=SystemClock(),
             rng=rng,
             ids=RandomIds(rng),
