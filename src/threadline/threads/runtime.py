@@ -284,8 +284,8 @@ class ThreadRuntime:
         return True
 
     async def _failed(self, claim: Claim, exc: BaseException) -> Settlement | None:
-        if self._park_if_in_flight(claim, exc):
-            return None
+        """Retry after a backoff, or settle failed once the budget is spent. Only reached
+        from :meth:`_ended`, after its in-flight check: no uncertain step is in flight."""
         error = error_envelope(exc, attempt=claim.attempt)
         if claim.attempt >= self.config.max_attempts:
             return await self._settle(claim, Outcome.FAILED, error=error)

@@ -442,32 +442,68 @@ def test_5_sleep_takes_a_timedelta(make_harness: MakeHarness, clock: ManualClock
 # -- 6. in-step retries --------------------------------------------------------------------------
 
 
-def test_6_in_step_retries_stop_once_an_abort_is_accepted(
-    make_harness: MakeHarness, effects: Effects
-) -> None:
-    holder: dict[str, Harness] = {}
-
+def retrying_app(effects: Effects, holder: dict[str, Harness], *, abort_in_call: bool) -> Build:
     def build(config: RuntimeConfig) -> Application:
         app = Application(config)
 
         @app.agent("flaky")
         async def flaky(turn: Turn) -> Any:
             def call() -> Any:
-                if effects.hit("call") == 1:
+                if effects.hit("call") == 1 and abort_in_call:
                     holder["h"].ledger.request_abort(turn.submission_id, "user cancelled")
                 raise RuntimeError("upstream down")
 
-            return await turn.step("call", call, retry=RetryPolicy(max_attempts=5))
+            policy = RetryPolicy(max_attempts=5, initial_delay_ms=60_000)
+            return await turn.step("call", call, retry=policy)
 
         return app
 
-    h = make_harness(build)
+    return build
+
+
+async def _paused_run(h: Harness, clock: ManualClock, during_pause: Callable[[], None]) -> Any:
+    task = asyncio.ensure_future(h.runtime.process_thread_head("t"))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    during_pause()
+    for _ in range(50):
+        await asyncio.sleep(0)
+    try:
+        assert task.done(), "the step is still pausing for a retry"
+        return task.result()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+def test_6_no_retry_pause_starts_once_an_abort_is_accepted(
+    make_harness: MakeHarness, effects: Effects, clock: ManualClock
+) -> None:
+    holder: dict[str, Harness] = {}
+    h = make_harness(retrying_app(effects, holder, abort_in_call=True))
     holder["h"] = h
     sub = h.admit("t", None, agent="flaky")
-    settlement = run(h.runtime.process_thread_head("t"))
+    # The clock does not move: a pause of 60 s would never end.
+    settlement = run(_paused_run(h, clock, lambda: None))
     assert effects.count("call") == 1
     assert settlement is not None and settlement.outcome is Outcome.ABORTED
     assert h.get(sub.id).error == {"type": "Aborted", "message": "user cancelled"}
+
+
+def test_6_an_abort_accepted_during_a_retry_pause_stops_the_retries(
+    make_harness: MakeHarness, effects: Effects, clock: ManualClock
+) -> None:
+    h = make_harness(retrying_app(effects, {}, abort_in_call=False))
+    sub = h.admit("t", None, agent="flaky")
+
+    def abort_then_wake() -> None:
+        assert effects.count("call") == 1
+        h.ledger.request_abort(sub.id, "user cancelled")
+        clock.advance(60_000)
+
+    settlement = run(_paused_run(h, clock, abort_then_wake))
+    assert effects.count("call") == 1
+    assert settlement is not None and settlement.outcome is Outcome.ABORTED
 
 
 def test_6_retry_pauses_count_against_the_attempt_time(
