@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import TypeVar
 
 import pytest
 from sched_support import run_async
@@ -11,6 +13,7 @@ from threadline.scheduling import NATIVE, PUBLICATION, LaneState, Scheduler, rea
 from threadline.storage import SqliteStorage
 
 HOST = "outbox.push"
+T = TypeVar("T")
 
 
 def _facts(storage: SqliteStorage) -> int:
@@ -18,22 +21,81 @@ def _facts(storage: SqliteStorage) -> int:
     return int(storage.exec("SELECT count(*) FROM facts").scalar())
 
 
+class _LostAtCommit(Evicted):
+    """The object is lost the instant its outermost transaction commits."""
+
+
+def _evict_at_commit(storage: SqliteStorage, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lose the object right after the next outermost commit: nothing after it runs.
+
+    What a producer writes after its transaction (an alarm, say) is then never written, so
+    what the storage holds at that point is exactly what the transaction committed.
+    """
+    real = storage.transaction
+
+    def transaction(fn: Callable[[], T]) -> T:
+        outermost = not storage.in_transaction()
+        result = real(fn)
+        if outermost:
+            monkeypatch.setattr(storage, "transaction", real)
+            raise _LostAtCommit("lost at commit")
+        return result
+
+    monkeypatch.setattr(storage, "transaction", transaction)
+
+
 def test_mutate_commits_facts_enrollment_generation_and_alarm_together(
-    sched: Scheduler, storage: SqliteStorage, clock: ManualClock
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _facts(storage)
     now = clock.now_ms()
     before = read_state(storage).dirty
-    result = sched.gate.mutate(
-        lambda: storage.exec("INSERT INTO facts VALUES (1)").rows_written, lanes=[HOST]
-    )
-    assert result == 1
+    _evict_at_commit(storage, monkeypatch)
+    with pytest.raises(_LostAtCommit):
+        sched.gate.mutate(lambda: storage.exec("INSERT INTO facts VALUES (1)"), lanes=[HOST])
+    # Checked at the eviction point, before any restart or ensure_alarm(): the commit alone
+    # holds the fact, the enrollment, the newer generation and the alarm.
     assert _facts(storage) == 1
     assert read_state(storage).dirty == before + 1
     for lane_id in (NATIVE, HOST):
         lane = sched.due_queue.get(lane_id)
         assert lane is not None and lane.state is LaneState.DUE and lane.due_at == now
     assert storage.known_alarm() == now + sched.config.min_alarm_delay_ms
+
+
+def test_mutate_returns_what_its_body_returns(sched: Scheduler, storage: SqliteStorage) -> None:
+    _facts(storage)
+    assert sched.gate.mutate(
+        lambda: storage.exec("INSERT INTO facts VALUES (1)").rows_written, lanes=[HOST]) == 1
+
+
+@run_async
+async def test_mutation_prearm_commits_enrollment_generation_and_alarm_together(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = clock.now_ms()
+    before = read_state(storage).dirty
+    _evict_at_commit(storage, monkeypatch)
+    with pytest.raises(_LostAtCommit):
+        async with sched.gate.mutation(lanes=[HOST]):
+            raise AssertionError("the body runs after the prearm committed")
+    assert read_state(storage).dirty == before + 1
+    for lane_id in (NATIVE, HOST):
+        lane = sched.due_queue.get(lane_id)
+        assert lane is not None and lane.state is LaneState.DUE and lane.due_at == now
+    assert storage.known_alarm() == now + sched.config.min_alarm_delay_ms
+
+
+def test_schedule_commits_enrollment_and_alarm_together(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    due = clock.now_ms() + 60_000
+    _evict_at_commit(storage, monkeypatch)
+    with pytest.raises(_LostAtCommit):
+        sched.gate.schedule(HOST, due)
+    lane = sched.due_queue.get(HOST)
+    assert lane is not None and lane.due_at == due
+    assert storage.known_alarm() == due
 
 
 def test_mutate_failure_commits_nothing(sched: Scheduler, storage: SqliteStorage) -> None:
@@ -180,7 +242,8 @@ async def test_await_change_wakes_on_a_commit(sched: Scheduler) -> None:
     assert not waiter.done()
     sched.gate.schedule(HOST, 1)
     await asyncio.wait_for(waiter, 1)
-    await sched.gate.await_change(rev)  # already changed: returns at once
+    # Already changed: returns at once (bounded, so a hang fails instead of blocking the run).
+    await asyncio.wait_for(sched.gate.await_change(rev), 1)
 
 
 @run_async
