@@ -855,3 +855,93 @@ def test_10_dot_ids_are_refused(make_harness: MakeHarness, effects: Effects, bad
     with pytest.raises(ValidationFailed):
         h.admit("t", None, agent="flow", key=bad)
     assert h.ledger.scan_nonterminal() == []
+
+
+# -- more ways an Attempt can end that no retry fixes ---------------------------------------------
+
+
+def test_3_an_approval_payload_the_storage_refuses_fails_at_once(
+    clock: ManualClock, effects: Effects
+) -> None:
+    def build(config: RuntimeConfig) -> Application:
+        app = Application(config)
+
+        @app.agent("ask")
+        async def ask(turn: Turn) -> Any:
+            effects.hit("body")
+            return await turn.approval("publish", "x" * BIG)
+
+        return app
+
+    storage = SqliteStorage(":memory:", max_length=ROW_LIMIT)
+    h = harness_on(storage, clock, build, RuntimeConfig(max_value_bytes=4 * BIG))
+    sub = h.admit("t", None, agent="ask")
+    settlement = run(h.runtime.process_thread_head("t"))
+    assert settlement is not None and settlement.outcome is Outcome.FAILED
+    assert "too big" in settlement.error["message"]
+    assert h.get(sub.id).attempts == 1 and effects.count("body") == 1
+    assert storage.exec("SELECT COUNT(*) AS n FROM tl_waits").scalar() == 0
+
+
+def test_3_a_huge_error_message_is_recorded_cut_short(
+    clock: ManualClock, effects: Effects
+) -> None:
+    def build(config: RuntimeConfig) -> Application:
+        app = Application(config)
+
+        @app.agent("loud")
+        async def loud(turn: Turn) -> Any:
+            effects.hit("body")
+            raise RuntimeError("y" * (2 * ROW_LIMIT))
+
+        return app
+
+    storage = SqliteStorage(":memory:", max_length=ROW_LIMIT)
+    h = harness_on(storage, clock, build, RuntimeConfig(max_attempts=2))
+    sub = h.admit("t", None, agent="loud")
+    assert run(h.runtime.process_thread_head("t")) is None
+    waiting = h.get(sub.id)
+    assert waiting.state is SubmissionState.READY and waiting.error is not None
+    assert waiting.error["type"] == "RuntimeError"
+    assert len(waiting.error["message"]) < 2_100
+    assert waiting.error["message"].endswith(f"({2 * ROW_LIMIT} characters)")
+    run(settle_all(h, clock))
+    assert h.get(sub.id).outcome is Outcome.FAILED and effects.count("body") == 2
+
+
+def test_8_a_foreign_base_exception_from_an_uncertain_step_is_not_left_in_flight(
+    make_harness: MakeHarness, effects: Effects, clock: ManualClock
+) -> None:
+    """It returned control, like any error: recorded failed, so a retry may run it again."""
+
+    def build(config: RuntimeConfig) -> Application:
+        app = Application(config)
+
+        @app.agent("odd")
+        async def odd(turn: Turn) -> Any:
+            def act() -> str:
+                if effects.hit("act") == 1:
+                    raise Custom("refused before acting")
+                return "acted"
+
+            return await turn.step("act", act, effect="uncertain")
+
+        return app
+
+    h = make_harness(build)
+    sub = h.admit("t", None, agent="odd")
+    assert run(h.runtime.process_thread_head("t")) is None
+    assert h.get(sub.id).state is SubmissionState.READY
+    assert journal_states(h.storage, sub.id) == {"step:act": "failed"}
+    run(settle_all(h, clock))
+    assert h.get(sub.id).result == "acted" and effects.count("act") == 2
+
+
+def test_7_a_short_event_deadline_derives_a_bound_inside_it() -> None:
+    config = RuntimeConfig(event_deadline_ms=100_000, yield_after_ms=50_000)
+    assert config.attempt_timeout_ms == 50_000
+    assert RuntimeConfig(event_deadline_ms=100_000, yield_after_ms=50_000,
+                         attempt_timeout_ms=99_999).attempt_timeout_ms == 99_999
+    with pytest.raises(ValueError, match="attempt_timeout_ms must be < event_deadline_ms"):
+        RuntimeConfig(event_deadline_ms=100_000, yield_after_ms=50_000,
+                      attempt_timeout_ms=100_000)
