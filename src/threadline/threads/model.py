@@ -274,11 +274,17 @@ def decode_json(text: str | None, *, max_depth: int = DECODE_DEPTH_CEILING) -> J
     if text is None:
         return None
     if _nesting_exceeds(text, max_depth):
-        raise ValidationFailed(
-            f"stored JSON is nested deeper than max_json_depth ({max_depth})",
-            limit="max_json_depth",
-        )
-    return json.loads(text)
+        raise _too_deep(max_depth)
+    try:
+        return json.loads(text)
+    except RecursionError as exc:  # the stack was already deep: refused the same way
+        raise _too_deep(max_depth) from exc
+
+
+def _too_deep(max_depth: int) -> ValidationFailed:
+    return ValidationFailed(
+        f"stored JSON is nested deeper than max_json_depth ({max_depth})", limit="max_json_depth"
+    )
 
 
 def _nesting_exceeds(text: str, limit: int) -> bool:
