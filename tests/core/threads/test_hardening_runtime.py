@@ -20,7 +20,7 @@ from core.threads.thread_harness import Effects, Harness, SettlementLog
 from threadline.app import Application
 from threadline.clock import ManualClock
 from threadline.config import RuntimeConfig
-from threadline.errors import Conflict, StorageError, ValidationFailed
+from threadline.errors import Conflict, Evicted, StorageError, ValidationFailed
 from threadline.storage import SqliteStorage, migrate
 from threadline.threads.model import Outcome, SubmissionState
 from threadline.threads.turn import RetryPolicy, Turn
@@ -945,3 +945,39 @@ def test_7_a_short_event_deadline_derives_a_bound_inside_it() -> None:
     with pytest.raises(ValueError, match="attempt_timeout_ms must be < event_deadline_ms"):
         RuntimeConfig(event_deadline_ms=100_000, yield_after_ms=50_000,
                       attempt_timeout_ms=100_000)
+
+
+def test_4_operator_decisions_are_bounded_too(make_harness: MakeHarness) -> None:
+    def build(config: RuntimeConfig) -> Application:
+        app = Application(config)
+
+        @app.agent("ask")
+        async def ask(turn: Turn) -> Any:
+            return bool(await turn.approval("publish"))
+
+        @app.agent("unsure")
+        async def unsure(turn: Turn) -> Any:
+            return await turn.step("send", lambda: None, effect="uncertain")
+
+        return app
+
+    h = make_harness(build)
+    asked = h.admit("a", None, agent="ask")
+    run(h.runtime.process_thread_head("a"))
+    with pytest.raises(ValidationFailed, match=r"max_value_bytes \(262144\)"):
+        h.ledger.decide_approval(asked.id, "publish", approved=True, payload="x" * BIG)
+    with pytest.raises(ValidationFailed, match="max_json_depth"):
+        h.ledger.decide_approval(asked.id, "publish", approved=True, payload=nested(65))
+    assert h.get(asked.id).state is SubmissionState.SUSPENDED
+    # An Unknown Outcome (lost in flight) accepts only a result within the limits.
+    unsure = h.admit("u", None, agent="unsure")
+    h.failpoints.evict_at("step:started")
+    with pytest.raises(Evicted):
+        run(h.runtime.process_thread_head("u"))
+    h.evict()
+    h.clock.advance(h.app.config.lease_ms)
+    run(h.drive())
+    assert h.get(unsure.id).state is SubmissionState.UNKNOWN
+    with pytest.raises(ValidationFailed, match=r"max_value_bytes \(262144\)"):
+        h.ledger.resolve_unknown(unsure.id, "accept", "x" * BIG)
+    assert h.get(unsure.id).state is SubmissionState.UNKNOWN
