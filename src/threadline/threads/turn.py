@@ -214,9 +214,13 @@ class Turn:
         On replay a finished step returns its journaled value without calling ``fn``. The value
         is returned as decoded from its JSON, on the first run too, so both runs see the same
         thing. With ``effect="uncertain"`` a crash while ``fn`` runs makes the submission an
-        Unknown Outcome for an operator to resolve, instead of calling ``fn`` again. ``name``
-        is an identifier (``[A-Za-z0-9._:-]{1,128}``); calling a name again within one Attempt
-        journals a further occurrence of it.
+        Unknown Outcome for an operator to resolve, instead of calling ``fn`` again; so does
+        any other end of the Attempt while it is in flight (its result failed to be journaled,
+        the Attempt timed out). ``name`` is an identifier (``[A-Za-z0-9._:-]{1,128}``, not
+        ``.`` or ``..``); calling a name again within one Attempt journals a further
+        occurrence of it. A bad name, effect or policy raises ``ValidationFailed``, and a value
+        over ``max_value_bytes`` or nested deeper than ``max_json_depth`` raises
+        ``NonRetryable``: either fails the Attempt for good.
         """
         # A bad name, effect or policy is a programming error: retrying cannot fix it.
         effect = _checked(lambda: StepEffect(effect), "effect must be idempotent or uncertain")
@@ -305,7 +309,11 @@ class Turn:
         """Append ``record`` to the Thread's canonical history and publish it; returns its id.
 
         History, outbox row and publication-lane enrollment commit in one transaction. On
-        replay the record is found by its id and not appended again.
+        replay the record is found by its id and not appended again. ``kind`` matches
+        ``KIND_PATTERN`` and does not start with a reserved prefix (``submission.``,
+        ``approval.``, ``threadline.``: the runtime's own records); ``record`` fits
+        ``max_value_bytes`` and ``max_json_depth``. Otherwise ``ValidationFailed`` fails the
+        Attempt for good.
         """
         _checked(lambda: check_kind(kind))
         record_id = f"{self.submission_id}:{self._key('emit')}"
