@@ -1,7 +1,9 @@
 """The mutation gate over CloudflareStorage in real workerd.
 
 A gate mutation must commit its source fact, the lane enrollment, the generation bump and the
-alarm together, or none of them (the alarm invariant's producer half).
+alarm together, or none of them (the alarm invariant's producer half). The success case is read
+at the eviction point: the mutation is cut off the instant its transaction commits, so an alarm
+written after the commit is never written and the test sees the commit alone.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ def test_a_failed_mutation_leaves_nothing(workerd: Runtime) -> None:
 def test_a_mutation_commits_fact_enrollment_generation_and_alarm_together(
     workerd: Runtime,
 ) -> None:
-    seen = workerd.probe("gate-ok", "gate", fail="0")
-    assert seen["raised"] is None
+    seen = workerd.probe("gate-ok", "gate", fail="0", lose_at_commit="1")
+    assert seen["raised"] == "LostAtCommit"
     assert seen["fact"] == 1
     lane, native = seen["lanes"]["probe.lane"], seen["lanes"][NATIVE]
     assert lane is not None and lane["state"] == "due"

@@ -115,6 +115,10 @@ class Boom(Exception):
     """Raised inside a transaction to make it roll back."""
 
 
+class LostAtCommit(Exception):
+    """Cuts a producer off the instant its outermost transaction commits."""
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -291,12 +295,19 @@ class StorageProbe(DurableObject):
             }
         return figures
 
-    async def op_gate(self, fail: str, lane: str = "probe.lane") -> dict[str, Any]:
-        """One ``gate.mutate``: a fact, its lane enrollment, the generation and the alarm."""
+    async def op_gate(
+        self, fail: str, lane: str = "probe.lane", lose_at_commit: str = "0"
+    ) -> dict[str, Any]:
+        """One ``gate.mutate``: a fact, its lane enrollment, the generation and the alarm.
+
+        With ``lose_at_commit=1`` the mutation is cut off the instant its outermost
+        transaction commits (nothing after the commit runs), and the state reported is what
+        that commit alone left: no restart, no ``ensure_alarm()``.
+        """
         migrate(self.storage)
         await self.storage.get_alarm()
         scheduler = build_scheduler(self.storage, SystemClock(), RuntimeConfig(), random.Random(0))
-        key = f"gate-fact-{fail}"
+        key = f"gate-fact-{fail}-{lose_at_commit}"
         dirty_before = read_state(self.storage).dirty
 
         def body() -> None:
@@ -304,12 +315,25 @@ class StorageProbe(DurableObject):
             if fail == "1":
                 raise Boom("the body failed")
 
+        real_transaction = self.storage.transaction
+
+        def cut_at_commit(fn: Any) -> Any:
+            outermost = not self.storage.in_transaction()
+            result = real_transaction(fn)
+            if outermost:
+                raise LostAtCommit("lost at commit")
+            return result
+
         raised = None
         before = self.storage.meter.reading()
+        if lose_at_commit == "1":
+            self.storage.transaction = cut_at_commit  # type: ignore[method-assign]
         try:
             scheduler.gate.mutate(body, lanes=[lane])
-        except Boom as exc:
+        except (Boom, LostAtCommit) as exc:
             raised = type(exc).__name__
+        finally:
+            self.storage.transaction = real_transaction  # type: ignore[method-assign]
         mutate_cost = self.storage.meter.reading() - before
         before = self.storage.meter.reading()
         earliest = scheduler.due_queue.next()
