@@ -22,6 +22,8 @@ blob to reproduce a failure::
 
     THREADLINE_ALARM_PROFILE=alarm-random [THREADLINE_ALARM_EXAMPLES=5000] \
         bash scripts/test tests/core/scheduling/test_alarm_invariant.py
+
+Mutation runs use ``THREADLINE_ALARM_PROFILE=alarm-mutation`` (fewer examples, no shrinking).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -550,6 +552,14 @@ settings.register_profile(
     deadline=None,
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow],
+)
+# Mutation runs execute the suite once per mutant: fewer examples and no shrinking, since only
+# "did it fail" matters there.
+settings.register_profile(
+    "alarm-mutation",
+    settings.get_profile("alarm-ci"),
+    max_examples=60,
+    phases=[Phase.explicit, Phase.generate],
 )
 AlarmInvariant.TestCase.settings = settings.get_profile(
     os.environ.get("THREADLINE_ALARM_PROFILE", "alarm-ci")
