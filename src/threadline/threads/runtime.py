@@ -11,8 +11,8 @@ ways, each one compare-and-set on the claimed revision:
   error is :class:`~threadline.errors.NonRetryable` or ``ValidationFailed`` (a refused
   argument or value: a retry would be refused again); so does any foreign ``BaseException``;
 * it ran past ``attempt_timeout_ms``: cancelled, then handled like a lost Attempt;
-* it left while an ``uncertain`` step was in flight (its result never journaled) and did not
-  settle: an Unknown Outcome, never a second run of that step;
+* it ended (raised, waited, timed out, or even returned) while an ``uncertain`` step was in
+  flight, its result never journaled: an Unknown Outcome, never a second run of that step;
 * it observed an accepted abort, or one was accepted before it ended: settle ``aborted``;
 * the pass's yield deadline passed at a step boundary: ready again, the attempt refunded.
 
@@ -195,6 +195,10 @@ class ThreadRuntime:
             # subclass), fails the Attempt with its type and message; letting it escape would
             # leave the claim to expire and lose both.
             return await self._ended(claim, exc)
+        if turn.has_step_in_flight:
+            # It returned past an uncertain step whose result was never journaled (it caught
+            # the failed write): that step's outcome is for an operator to decide, not lost.
+            return await self._ended(claim, StepLeftInFlight())
         try:
             result_json = encode_json(value, field="result", max_depth=self.config.max_json_depth,
                                       max_bytes=self.config.max_value_bytes)
@@ -240,18 +244,19 @@ class ThreadRuntime:
         From the check to the commit nothing awaits, so no abort can slip in between. Every
         end that leaves the submission open first looks for an uncertain step still in
         flight: once one started, the only ways on are its journaled result or an Unknown
-        Outcome, never a second run.
+        Outcome, never a second run. That holds for a failure that would settle it failed
+        too: the step may have acted, so an operator decides.
         """
         aborted = transitions.accepted_abort(self.storage, claim.submission.id)
         if isinstance(exc, AbortObserved) or aborted is not None:
             return await self._settle(claim, Outcome.ABORTED,
                                       error=aborted or transitions.aborted_error(None))
+        if self._park_if_in_flight(claim, exc):
+            return None
         if isinstance(exc, (NonRetryable, ValidationFailed)):
             # A refused argument or value is refused again on every retry: fail for good.
             return await self._settle(claim, Outcome.FAILED,
                                       error=error_envelope(exc, attempt=claim.attempt))
-        if self._park_if_in_flight(claim, exc):
-            return None
         if isinstance(exc, Suspend):
             signal = exc
             try:
@@ -396,6 +401,13 @@ class ThreadRuntime:
             return Settlement(item.submission_id, item.thread_id, outcome, None, error)
 
         return commit_fact(self.gate, write, (NATIVE, PUBLICATION))
+
+
+class StepLeftInFlight(Exception):
+    """The agent returned while one of its uncertain steps was still in flight."""
+
+    def __init__(self) -> None:
+        super().__init__("the agent returned before an uncertain step's result was journaled")
 
 
 def _final(refused: StorageError) -> BaseException:

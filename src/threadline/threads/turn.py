@@ -173,6 +173,8 @@ class Turn:
         self._deadline = deadline
         self._seen: dict[str, int] = {}
         self._position = 0
+        # Uncertain steps this Attempt journaled as started and not yet as finished or failed.
+        self._unsettled: set[str] = set()
 
     @property
     def input(self) -> JsonValue:
@@ -198,6 +200,15 @@ class Turn:
     def aborted(self) -> bool:
         """True once an abort of this submission was accepted (read from storage)."""
         return transitions.abort_accepted(self._storage, self.submission_id)
+
+    @property
+    def has_step_in_flight(self) -> bool:
+        """True while an uncertain step this Attempt started has no journaled end.
+
+        Kept in memory: a claimed submission never starts with such a step (every end of an
+        Attempt and every recovery resolves it first), so only this Attempt can have one.
+        """
+        return bool(self._unsettled)
 
     # -- durable operations ------------------------------------------------------------------
 
@@ -237,6 +248,7 @@ class Turn:
         await self._boundary()
         if effect is StepEffect.UNCERTAIN:
             self._write(lambda: self._journal(key, position, effect, StepState.STARTED))
+            self._unsettled.add(key)
         await self._failpoints.reached(STEP_STARTED)
         value = await self._run(fn, key, position, effect, retry or RetryPolicy())
         try:
@@ -253,6 +265,7 @@ class Turn:
         try:
             self._write(lambda: self._journal(
                 key, position, effect, StepState.FINISHED, value_json=value_json))
+            self._unsettled.discard(key)
         except NonRetryable as refused:
             if effect is StepEffect.UNCERTAIN:
                 self._record_failure(key, position, effect, refused)
@@ -438,6 +451,7 @@ class Turn:
         error_json = encode_json(error_envelope(exc, attempt=self.attempt))
         self._write(lambda: self._journal(
             key, position, effect, StepState.FAILED, error_json=error_json))
+        self._unsettled.discard(key)
 
     def _journal(
         self,

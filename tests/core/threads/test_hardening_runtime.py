@@ -20,7 +20,7 @@ from core.threads.thread_harness import Effects, Harness, SettlementLog
 from threadline.app import Application
 from threadline.clock import ManualClock
 from threadline.config import RuntimeConfig
-from threadline.errors import Conflict, Evicted, StorageError, ValidationFailed
+from threadline.errors import Conflict, Evicted, NonRetryable, StorageError, ValidationFailed
 from threadline.storage import SqliteStorage, migrate
 from threadline.threads.model import Outcome, SubmissionState
 from threadline.threads.turn import RetryPolicy, Turn
@@ -981,3 +981,37 @@ def test_4_operator_decisions_are_bounded_too(make_harness: MakeHarness) -> None
     with pytest.raises(ValidationFailed, match=r"max_value_bytes \(262144\)"):
         h.ledger.resolve_unknown(unsure.id, "accept", "x" * BIG)
     assert h.get(unsure.id).state is SubmissionState.UNKNOWN
+
+
+@pytest.mark.parametrize("then", ["return", "raise NonRetryable"])
+def test_1_an_agent_that_swallows_the_failed_write_cannot_settle_past_the_step(
+    clock: ManualClock, effects: Effects, then: str
+) -> None:
+    """Returning (or failing for good) past an uncertain step in flight is an Unknown Outcome:
+    the step may have acted though the agent saw an error, so an operator decides."""
+
+    def build(config: RuntimeConfig) -> Application:
+        app = Application(config)
+
+        @app.agent("flow")
+        async def flow(turn: Turn) -> Any:
+            try:
+                return await turn.step("act", lambda: effects.hit("act"), effect="uncertain")
+            except StorageError as exc:
+                if then == "return":
+                    return "gave up"
+                raise NonRetryable("gave up") from exc
+
+        return app
+
+    storage = FailingStorage()
+    h = harness_on(storage, clock, build)
+    sub = h.admit("t", None, agent="flow")
+    storage.fail(finished_write)
+    assert run(h.runtime.process_thread_head("t")) is None
+    assert h.get(sub.id).state is SubmissionState.UNKNOWN
+    h.ledger.resolve_unknown(sub.id, "accept", 1)
+    run(settle_all(h, clock))
+    done = h.get(sub.id)
+    assert (done.outcome, done.result) == (Outcome.COMPLETED, 1)
+    assert effects.count("act") == 1
