@@ -40,8 +40,13 @@ class LeaseLost(ControlSignal):
     """This Attempt no longer holds its submission's lease; its writes must stop."""
 
 
+class StepInFlight(ControlSignal):
+    """An uncertain step met at replay still reads ``started``: it may have acted already, so
+    the Attempt ends and the submission becomes an Unknown Outcome instead of running it."""
+
+
 class YieldNow(ControlSignal):
     """The pass's yield deadline passed: release the claim, uncharged, and continue later."""
 
 
-__all__ = ["AbortObserved", "ControlSignal", "LeaseLost", "Suspend", "YieldNow"]
+__all__ = ["AbortObserved", "ControlSignal", "LeaseLost", "StepInFlight", "Suspend", "YieldNow"]

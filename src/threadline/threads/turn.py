@@ -46,6 +46,7 @@ from threadline.threads.signals import (
     AbortObserved,
     ControlSignal,
     LeaseLost,
+    StepInFlight,
     Suspend,
     YieldNow,
 )
@@ -245,6 +246,11 @@ class Turn:
         entry = journal.read_entry(self._storage, self.submission_id, key)
         if entry is not None and entry.state is StepState.FINISHED:
             return entry.value
+        if (entry is not None and entry.state is StepState.STARTED
+                and entry.effect is StepEffect.UNCERTAIN):
+            # Every end of an Attempt resolves such an entry, so only a row written before
+            # that rule (or by hand) gets here: never run it a second time.
+            raise StepInFlight(self.submission_id)
         await self._boundary()
         if effect is StepEffect.UNCERTAIN:
             self._write(lambda: self._journal(key, position, effect, StepState.STARTED))

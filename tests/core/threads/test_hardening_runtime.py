@@ -1015,3 +1015,18 @@ def test_1_an_agent_that_swallows_the_failed_write_cannot_settle_past_the_step(
     done = h.get(sub.id)
     assert (done.outcome, done.result) == (Outcome.COMPLETED, 1)
     assert effects.count("act") == 1
+
+
+def test_1_a_started_uncertain_entry_met_at_replay_is_never_run_again(
+    make_harness: MakeHarness, effects: Effects
+) -> None:
+    """A ready submission whose uncertain step still reads `started` (left by code before this
+    rule): the next Attempt parks it as an Unknown Outcome instead of running the step."""
+    h = make_harness(one_step_app(effects, effect="uncertain", value=lambda: "ok"))
+    sub = h.admit("t", None, agent="flow")
+    h.storage.exec(
+        "INSERT INTO tl_journal (submission_id, step_key, position, effect, state, attempt,"
+        " started_at) VALUES (?, 'step:act', 1, 'uncertain', 'started', 1, 0)", sub.id)
+    assert run(h.runtime.process_thread_head("t")) is None
+    assert h.get(sub.id).state is SubmissionState.UNKNOWN
+    assert effects.count("act") == 0
