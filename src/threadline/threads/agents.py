@@ -45,8 +45,12 @@ class AgentRegistry:
 
     def register(self, name: str, fn: AgentFn, *, version: str = "1") -> AgentBinding:
         """Register ``fn`` as the agent ``name``; a second registration of a name is an error."""
-        if _NAME.fullmatch(name) is None:
-            raise ValueError(f"agent name {name!r} must match [A-Za-z0-9._:-]{{1,128}}")
+        if _NAME.fullmatch(name) is None or name in (".", ".."):
+            # "." and ".." match the pattern, but admission refuses them as ids (no URL can
+            # carry them), so an agent so named could never be submitted to.
+            raise ValueError(
+                f"agent name {name!r} must match [A-Za-z0-9._:-]{{1,128}} and not be . or .."
+            )
         if _VERSION.fullmatch(version) is None:
             raise ValueError(f"agent version {version!r} must match [A-Za-z0-9._+-]{{1,64}}")
         if not inspect.iscoroutinefunction(fn):

@@ -1030,3 +1030,14 @@ def test_1_a_started_uncertain_entry_met_at_replay_is_never_run_again(
     assert run(h.runtime.process_thread_head("t")) is None
     assert h.get(sub.id).state is SubmissionState.UNKNOWN
     assert effects.count("act") == 0
+
+
+@pytest.mark.parametrize("bad", [".", ".."])
+def test_10_dot_agent_names_are_refused_at_registration(bad: str) -> None:
+    app = Application()
+
+    async def agent(turn: Turn) -> Any:
+        return None
+
+    with pytest.raises(ValueError, match=r"not be \. or \.\."):
+        app.agent(bad)(agent)
