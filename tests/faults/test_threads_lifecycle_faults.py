@@ -30,7 +30,7 @@ def build(effects: Effects) -> Application:
         first = await turn.step("first", lambda: effects.hit("first"))
         if turn.attempt == 1:
             raise RuntimeError("transient")
-        await turn.sleep(5_000)
+        await turn.sleep(5)
         decision = await turn.approval("go", {"first": first})
         await turn.emit({"approved": bool(decision)})
         return await turn.step("last", lambda: effects.hit("last"))

@@ -59,8 +59,8 @@ STEP_STARTED = "step:started"
 STEP_FINISHED = "step:finished"
 EMIT_COMMITTED = "emit:committed"
 
-#: The longest durable sleep: a year and a day (366 days), in milliseconds.
-MAX_SLEEP_MS = 366 * 86_400_000
+#: The longest durable sleep: a year and a day (366 days), in seconds.
+MAX_SLEEP_SECONDS = 366 * 86_400
 #: What ``emit(kind=...)`` accepts: a letter, then up to 63 of ``[A-Za-z0-9_.:-]``.
 KIND_PATTERN = r"[A-Za-z][A-Za-z0-9_.:-]{0,63}"
 #: Record kinds the runtime publishes itself (``submission.settled``, ``approval.requested``)
@@ -399,10 +399,11 @@ class Turn:
     async def sleep(self, duration: timedelta | float) -> None:
         """Wait durably: a timer on the native lane, not a coroutine.
 
-        ``duration`` is a ``timedelta`` or a number of milliseconds, finite, from 0 up to
-        ``MAX_SLEEP_MS`` (366 days); a fraction of a millisecond rounds up. Anything else (a
-        negative, NaN, an infinity, a bool, a longer wait) raises ``ValidationFailed`` naming
-        the rule, which fails the Attempt for good.
+        ``duration`` is a ``timedelta`` or a number of seconds (an ``int`` or a finite
+        ``float``, as for :func:`asyncio.sleep`), from 0 up to ``MAX_SLEEP_SECONDS`` (366
+        days); the timer keeps whole milliseconds, a fraction of one rounds up. Anything else
+        (a negative, NaN, an infinity, a bool, a longer wait) raises ``ValidationFailed``
+        naming the rule, which fails the Attempt for good.
         """
         ms = _checked(lambda: sleep_ms(duration))
         key = self._key("sleep")
@@ -525,28 +526,37 @@ def check_kind(kind: object) -> str:
 
 
 def sleep_ms(duration: object) -> int:
-    """Whole milliseconds of a sleep; see :meth:`Turn.sleep` for what is accepted."""
+    """Whole milliseconds of a sleep, rounded up; see :meth:`Turn.sleep` for what is accepted."""
     if isinstance(duration, timedelta):
-        ms: float = duration / timedelta(milliseconds=1)
+        delta = duration
     elif isinstance(duration, (int, float)) and not isinstance(duration, bool):
-        ms = duration
+        if isinstance(duration, float) and not math.isfinite(duration):
+            raise ValidationFailed("sleep duration must be finite", field="duration")
+        if duration < 0:
+            raise ValidationFailed("sleep duration must not be negative", field="duration")
+        # Bounded before it is converted: timedelta overflows on a huge number.
+        if duration > MAX_SLEEP_SECONDS:
+            raise ValidationFailed(_SLEEP_BOUND, field="duration")
+        # Through timedelta (exact microseconds), so 1.1 s is 1100 ms, not 1101.
+        delta = timedelta(seconds=duration)
     else:
-        raise ValidationFailed("sleep takes a timedelta or a number of milliseconds",
+        raise ValidationFailed("sleep takes a timedelta or a number of seconds",
                                field="duration")
-    if isinstance(ms, float) and not math.isfinite(ms):
-        raise ValidationFailed("sleep duration must be finite", field="duration")
-    if ms < 0:
+    if delta < timedelta(0):
         raise ValidationFailed("sleep duration must not be negative", field="duration")
-    if ms > MAX_SLEEP_MS:
-        raise ValidationFailed(f"sleep duration must be at most {MAX_SLEEP_MS} ms (366 days)",
-                               field="duration")
-    return math.ceil(ms)
+    if delta > timedelta(seconds=MAX_SLEEP_SECONDS):
+        raise ValidationFailed(_SLEEP_BOUND, field="duration")
+    whole, part = divmod(delta, timedelta(milliseconds=1))
+    return whole + (1 if part else 0)
+
+
+_SLEEP_BOUND = f"sleep duration must be at most {MAX_SLEEP_SECONDS} seconds (366 days)"
 
 
 __all__ = [
     "EMIT_COMMITTED",
     "KIND_PATTERN",
-    "MAX_SLEEP_MS",
+    "MAX_SLEEP_SECONDS",
     "PROPAGATES",
     "RESERVED_KIND_PREFIXES",
     "STEP_FINISHED",

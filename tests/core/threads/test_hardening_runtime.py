@@ -196,7 +196,7 @@ def test_1_any_open_end_with_an_uncertain_step_in_flight_is_unknown(
     """The agent swallows the failed journal write and waits: still never a second run."""
 
     async def swallow_then_sleep(turn: Turn) -> None:
-        await turn.sleep(1_000)
+        await turn.sleep(1)
 
     def build(config: RuntimeConfig) -> Application:
         app = Application(config)

@@ -291,7 +291,7 @@ def test_durable_sleep(make_harness: MakeHarness, effects: Effects) -> None:
         @app.agent("nap")
         async def nap(turn: Turn) -> Any:
             await turn.step("before", lambda: effects.hit("before"))
-            await turn.sleep(30_000)
+            await turn.sleep(30)
             return await turn.step("after", lambda: effects.hit("after"))
 
         return app
