@@ -9,7 +9,7 @@ from sched_support import run_async
 
 from threadline.clock import ManualClock
 from threadline.errors import Evicted, SchedulingError
-from threadline.scheduling import NATIVE, PUBLICATION, LaneState, Scheduler, read_state
+from threadline.scheduling import NATIVE, PUBLICATION, LaneState, Scheduler, read_state, state
 from threadline.storage import SqliteStorage
 
 HOST = "outbox.push"
@@ -273,7 +273,11 @@ def test_ensure_alarm_covers_a_dirty_new_object(
 def test_record_progress_alone_arms_the_alarm(
     sched: Scheduler, storage: SqliteStorage, clock: ManualClock
 ) -> None:
+    before = read_state(storage).dirty
     storage.transaction(lambda: sched.gate.record_progress([HOST]))
+    # Progress on a host lane is not native work: no generation, no native enrollment.
+    assert read_state(storage).dirty == before
+    assert sched.due_queue.get(NATIVE) is None
     assert storage.known_alarm() == clock.now_ms() + sched.config.min_alarm_delay_ms
     lane = sched.due_queue.get(HOST)
     assert lane is not None and lane.due_at == clock.now_ms()
@@ -321,11 +325,18 @@ def test_schedule_publication_progress_is_native_progress(
     sched: Scheduler, storage: SqliteStorage, clock: ManualClock
 ) -> None:
     now = clock.now_ms()
+    # Native work that stalled once: its retry floor lies ahead and a retry is pending.
+    sched.due_queue.enroll(NATIVE, now)
+    stalled = sched.due_queue.claim(sched.due_queue.get(NATIVE), now)  # type: ignore[arg-type]
+    assert stalled is not None and stalled.stalls == 1 and stalled.not_before > now
     before = read_state(storage).dirty
+    state.set_retry(storage, state.NativeRetry(before, now + 5_000, False, 1))
     sched.gate.schedule(PUBLICATION, now, progress_cursor=1)
     native = sched.due_queue.get(NATIVE)
-    assert native is not None and native.due_at == now and native.stalls == 0
-    assert read_state(storage).dirty == before + 1
+    # Progress: due now, past the floor, with the stall budget replenished.
+    assert native is not None and (native.due_at, native.not_before, native.stalls) == (now, 0, 0)
+    after = read_state(storage)
+    assert after.dirty == before + 1 and after.retry is None
 
 
 def test_lanes_must_be_ids_not_a_string(sched: Scheduler) -> None:
@@ -333,3 +344,113 @@ def test_lanes_must_be_ids_not_a_string(sched: Scheduler) -> None:
         sched.gate.mutate(lambda: None, lanes="abc")
     with pytest.raises(SchedulingError):
         sched.gate.mutate(lambda: None, lanes=["threadline:bogus"])
+
+
+def test_record_progress_on_native_work_clears_a_pending_retry(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock
+) -> None:
+    generation = read_state(storage).dirty
+    state.set_retry(storage, state.NativeRetry(generation, clock.now_ms() + 5_000, False, 2))
+    storage.transaction(lambda: sched.gate.record_progress([NATIVE]))
+    after = read_state(storage)
+    assert after.dirty == generation + 1 and after.retry is None
+
+
+def test_ensure_alarm_leaves_a_clean_object_without_an_alarm(
+    sched: Scheduler, storage: SqliteStorage
+) -> None:
+    generation = read_state(storage).dirty
+    assert state.acknowledge(storage, generation)
+    sched.gate.ensure_alarm()
+    native = sched.due_queue.get(NATIVE)
+    assert native is not None and native.due_at is None
+    assert storage.known_alarm() is None
+
+
+def test_ensure_alarm_keeps_a_pending_native_retry(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock
+) -> None:
+    retry_at = clock.now_ms() + 30_000
+    state.set_retry(storage, state.NativeRetry(read_state(storage).dirty, retry_at, False, 1))
+    sched.gate.ensure_alarm()
+    native = sched.due_queue.get(NATIVE)
+    # Dirty native work backing off is due at its retry, not at once.
+    assert native is not None and native.due_at == retry_at
+    assert storage.known_alarm() == retry_at
+
+
+@pytest.mark.parametrize(("where", "committed"), [
+    ("maintenance:ensure:before", False), ("maintenance:ensure:after", True)])
+def test_ensure_alarm_failpoints_bracket_its_commit(
+    sched: Scheduler, storage: SqliteStorage, where: str, committed: bool
+) -> None:
+    sched.failpoints.evict_at(where)
+    with pytest.raises(Evicted):
+        sched.gate.ensure_alarm()
+    assert (storage.known_alarm() is not None) is committed
+
+
+@run_async
+async def test_each_change_wakes_the_waiters_of_the_revision_before_it(
+    sched: Scheduler,
+) -> None:
+    for n in range(3):
+        rev = sched.gate.revision
+        waiter = asyncio.create_task(sched.gate.await_change(rev))
+        await asyncio.sleep(0)
+        assert not waiter.done(), n
+        sched.gate.schedule(HOST, 1)
+        await asyncio.wait_for(waiter, 1)
+        assert sched.gate.revision != rev
+
+
+@run_async
+async def test_a_lane_stays_active_while_any_mutation_enrolling_it_is_in_flight(
+    sched: Scheduler,
+) -> None:
+    lanes = [HOST, "b.lane", "c.lane", "d.lane", PUBLICATION]
+    finished = sched.failpoints.block_at("maintenance:mutation:finished")
+    release_second = asyncio.Event()
+
+    async def first() -> None:
+        async with sched.gate.mutation(lanes=lanes):
+            pass
+
+    async def second() -> None:
+        async with sched.gate.mutation(lanes=lanes):
+            await release_second.wait()
+
+    two = asyncio.create_task(second())
+    await asyncio.sleep(0)
+    one = asyncio.create_task(first())
+    await asyncio.wait_for(finished.arrived.wait(), 1)
+    # The first body committed: every lane is still held by the second mutation.
+    assert sched.gate.active_lanes() == frozenset({*lanes, NATIVE})
+    finished.release()
+    await asyncio.wait_for(one, 1)
+    assert sched.gate.active_lanes() == frozenset({*lanes, NATIVE})
+    assert sched.gate.active == 1
+    sched.failpoints.clear()
+    release_second.set()
+    await asyncio.wait_for(two, 1)
+    assert sched.gate.active_lanes() == frozenset()
+    assert sched.gate.active == 0
+
+
+@run_async
+async def test_after_its_body_commits_a_mutation_holds_only_native_and_publication(
+    sched: Scheduler,
+) -> None:
+    lanes = [PUBLICATION, HOST, "b.lane", "c.lane", "d.lane", "e.lane"]
+    finished = sched.failpoints.block_at("maintenance:mutation:finished")
+
+    async def producer() -> None:
+        async with sched.gate.mutation(lanes=lanes):
+            pass
+
+    task = asyncio.create_task(producer())
+    await asyncio.wait_for(finished.arrived.wait(), 1)
+    assert sched.gate.active_lanes() == frozenset({NATIVE, PUBLICATION})
+    finished.release()
+    await asyncio.wait_for(task, 1)
+    assert sched.gate.active_lanes() == frozenset()
