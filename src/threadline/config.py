@@ -81,6 +81,16 @@ class RuntimeConfig(BaseModel):
         ),
     )
 
+    cancel_grace_ms: int = Field(
+        5_000,
+        ge=0,
+        le=60_000,
+        description=(
+            "How long a cancelled Attempt may take to unwind before it is abandoned as lost;"
+            " an agent that swallows the cancellation cannot hold the pass longer than this."
+        ),
+    )
+
     @model_validator(mode="after")
     def _check_relations(self) -> Self:
         if self.alarm_backoff_cap_ms < self.alarm_backoff_base_ms:

@@ -10,7 +10,9 @@ ways, each one compare-and-set on the claimed revision:
 * it raised: ready again after a backoff, or ``failed`` once ``max_attempts`` is spent or the
   error is :class:`~threadline.errors.NonRetryable` or ``ValidationFailed`` (a refused
   argument or value: a retry would be refused again); so does any foreign ``BaseException``;
-* it ran past ``attempt_timeout_ms``: cancelled, then handled like a lost Attempt;
+* it ran past ``attempt_timeout_ms``: cancelled, then handled like a lost Attempt (an agent
+  that swallows the cancellation is abandoned after ``cancel_grace_ms``; its Turn is revoked
+  and the claim's revision moves on, so nothing it does later commits);
 * it ended (raised, waited, timed out, or even returned) while an ``uncertain`` step was in
   flight, its result never journaled: an Unknown Outcome, never a second run of that step;
 * it observed an accepted abort, or one was accepted before it ended: settle ``aborted``;
@@ -99,6 +101,8 @@ class ThreadRuntime:
         self.ids = ids
         self.ledger = Ledger(storage, gate, clock=clock, ids=ids, config=config)
         self.recovery = Recovery(self.ledger)
+        # Agents that ignored a cancellation; referenced so they are not collected mid-run.
+        self._abandoned: set[asyncio.Future[Any]] = set()
 
     @property
     def binding_registry_key(self) -> str:
@@ -183,7 +187,7 @@ class ThreadRuntime:
                     failpoints=self.failpoints, yield_after=yield_after, config=self.config,
                     deadline=deadline)
         try:
-            value = await self._bounded(binding.fn(turn), deadline)
+            value = await self._bounded(binding.fn(turn), deadline, turn)
         except LeaseLost:
             return None
         except PROPAGATES as exc:
@@ -206,34 +210,73 @@ class ThreadRuntime:
             return await self._ended(claim, NonRetryable(exc.message))
         return await self._settle(claim, Outcome.COMPLETED, result_json=result_json)
 
-    async def _bounded(self, work: Awaitable[Any], deadline: int) -> Any:
+    async def _bounded(self, work: Awaitable[Any], deadline: int, turn: Turn) -> Any:
         """Await the agent, cancelling it once the clock reaches ``deadline``.
 
         The bound is read from the injected clock, so it holds on the platform's timers and
         in tests alike. A cancellation from outside (the pass's event deadline) cancels the
-        agent, waits for it to unwind, and propagates without writing anything: the claim is
-        left running for recovery to find.
+        agent, lets it unwind, and propagates without writing anything: the claim is left
+        running for recovery to find. Either way the agent gets ``cancel_grace_ms`` to unwind;
+        one that swallows the cancellation is abandoned after that, like a lost Attempt. When
+        this returns or raises, ``turn`` is revoked: nothing the agent's code does later (an
+        abandoned task, or one it spawned) can write.
         """
         agent = asyncio.ensure_future(work)
         timer = asyncio.ensure_future(self.clock.sleep_until(deadline))
         try:
-            await asyncio.wait((agent, timer), return_when=asyncio.FIRST_COMPLETED)
-        except BaseException:
-            agent.cancel()
+            try:
+                await asyncio.wait((agent, timer), return_when=asyncio.FIRST_COMPLETED)
+            except BaseException:
+                await self._stop(agent)
+                raise
+            if agent.done():
+                return agent.result()
+            if not await self._stop(agent):
+                raise AttemptTimeout(
+                    f"the Attempt ran longer than attempt_timeout_ms"
+                    f" ({self.config.attempt_timeout_ms}) and did not stop within"
+                    f" cancel_grace_ms ({self.config.cancel_grace_ms}) of being cancelled"
+                )
+            unwound = None if agent.cancelled() else agent.exception()
+            if isinstance(unwound, (Evicted, KeyboardInterrupt, SystemExit)):
+                raise unwound
+            raise AttemptTimeout(
+                f"the Attempt ran longer than attempt_timeout_ms ({self.config.attempt_timeout_ms})"
+            )
+        finally:
             timer.cancel()
-            await asyncio.wait((agent, timer))
-            raise
-        timer.cancel()
-        if agent.done():
-            return agent.result()
+            turn.revoke()
+
+    async def _stop(self, agent: asyncio.Future[Any]) -> bool:
+        """Cancel the agent and wait up to ``cancel_grace_ms`` for it to end.
+
+        True when it ended. False when it ignored the cancellation: it is then abandoned (kept
+        referenced until it ends, its outcome discarded); its Turn is revoked and its claim is
+        ended or left to recovery by the caller, so nothing it does later commits.
+        """
         agent.cancel()
-        await asyncio.wait((agent,))
-        unwound = None if agent.cancelled() else agent.exception()
-        if isinstance(unwound, (Evicted, KeyboardInterrupt, SystemExit)):
-            raise unwound
-        raise AttemptTimeout(
-            f"the Attempt ran longer than attempt_timeout_ms ({self.config.attempt_timeout_ms})"
-        )
+        grace = asyncio.ensure_future(
+            self.clock.sleep_until(self.clock.now_ms() + self.config.cancel_grace_ms))
+        try:
+            await asyncio.wait((agent, grace), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            grace.cancel()
+        if agent.done():
+            return True
+        self._abandoned.add(agent)
+        agent.add_done_callback(self._forget)
+        return False
+
+    def _forget(self, task: asyncio.Future[Any]) -> None:
+        """An abandoned agent ended at last: drop it, and its outcome, which nobody awaits."""
+        self._abandoned.discard(task)
+        if not task.cancelled():
+            task.exception()
+
+    @property
+    def abandoned(self) -> int:
+        """Agents abandoned after a cancellation they ignored, still running."""
+        return len(self._abandoned)
 
     async def _ended(self, claim: Claim, exc: BaseException) -> Settlement | None:
         """End an Attempt the agent left by raising ``exc``.

@@ -176,6 +176,7 @@ class Turn:
         self._position = 0
         # Uncertain steps this Attempt journaled as started and not yet as finished or failed.
         self._unsettled: set[str] = set()
+        self._revoked = False
 
     @property
     def input(self) -> JsonValue:
@@ -210,6 +211,15 @@ class Turn:
         Attempt and every recovery resolves it first), so only this Attempt can have one.
         """
         return bool(self._unsettled)
+
+    def revoke(self) -> None:
+        """End this Turn: every later boundary and write raises ``LeaseLost``.
+
+        The runtime revokes a Turn when its Attempt ends, so code of the agent that outlives
+        the Attempt (a task that ignored a cancellation, one it spawned) starts no step and
+        commits nothing, even while the claim it held is still running for recovery to find.
+        """
+        self._revoked = True
 
     # -- durable operations ------------------------------------------------------------------
 
@@ -437,6 +447,8 @@ class Turn:
 
     async def _boundary(self) -> None:
         """Before new durable work: observe an accepted abort and the yield deadline."""
+        if self._revoked:
+            raise LeaseLost(self.submission_id)
         if self.aborted:
             raise AbortObserved(self.submission_id)
         if self._yield_after is not None and self._clock.now_ms() >= self._yield_after:
@@ -478,6 +490,9 @@ class Turn:
 
     def _write(self, fn: Callable[[], object], *, lanes: tuple[str, ...] = ()) -> None:
         """Commit ``fn`` through the gate, fenced by this Attempt's claim."""
+
+        if self._revoked:
+            raise LeaseLost(self.submission_id)
 
         def fenced() -> None:
             row = self._storage.exec(_FENCE, self.submission_id).first()
