@@ -11,6 +11,12 @@
 * a ``terminalizing`` submission: settle it ``aborted``;
 * a suspended submission whose timers are all due: apply them and ready it.
 
+An Attempt that ended but whose end storage refused (twice) leaves its claim running; the
+runtime hands its cause to :meth:`Recovery.hold`. Recovery then ends that claim on its next
+sweep, without waiting for the lease, and records that cause instead of ``LeaseExpired`` (a
+non-retryable cause settles it ``failed`` at once). What is held lives in memory only: after an
+eviction the claim is found by its lease and reported as lost.
+
 Each decision is one gate transaction, and a compare-and-set on the submission's revision, so a
 recovery that runs twice (or races an Attempt) changes each submission at most once. A storage
 or decoding failure blocks the Thread's recovery and is returned, not raised: the maintenance
@@ -93,6 +99,18 @@ class RecoverySweepResult:
         return RecoverySweepResult(self.reports + other.reports, self.blocked + other.blocked)
 
 
+@dataclass(frozen=True, slots=True)
+class UnwrittenEnd:
+    """How an Attempt ended when storage refused to record it: its claim's revision, the
+    error to record (``error``), whether that error is ``final`` (not worth a retry), and when
+    a retry may start (``not_before``, the backoff the Attempt's end would have written)."""
+
+    revision: int
+    error: dict[str, JsonValue]
+    final: bool
+    not_before: int | None = None
+
+
 class _Stale(Exception):
     """The submission moved after it was scanned; roll back and decide nothing."""
 
@@ -108,6 +126,21 @@ class Recovery:
         self.clock: Clock = ledger.clock
         self.ids: IdSource = ledger.ids
         self.config: RuntimeConfig = ledger.config
+        self._held: dict[str, UnwrittenEnd] = {}
+
+    def hold(self, submission_id: str, end: UnwrittenEnd) -> None:
+        """Remember how the Attempt holding ``submission_id`` at ``end.revision`` ended.
+
+        The next sweep of its Thread ends the claim with ``end.error`` even before its lease
+        expires: the Attempt is known to be over. A claim that moved on meanwhile (another
+        revision) makes the held end moot; it is dropped, never applied to a later claim.
+        """
+        self._held[submission_id] = end
+
+    @property
+    def held(self) -> int:
+        """Attempt ends held in memory, not yet recorded."""
+        return len(self._held)
 
     def run(self, thread_id: str) -> RecoverySweepResult:
         """Recover one Thread; see the module docstring for the decisions."""
@@ -124,11 +157,22 @@ class Recovery:
 
     def _recover(self, item: WorkItem) -> RecoveryReport | None:
         now = self.clock.now_ms()
+        held = self._held.pop(item.submission_id, None)
+        if held is not None and (item.state is not SubmissionState.RUNNING
+                                 or item.revision != held.revision):
+            held = None  # that claim was ended by someone else
         try:
             if item.state is SubmissionState.RUNNING:
-                if item.lease_expires_at is None or item.lease_expires_at > now:
+                expired = item.lease_expires_at is not None and item.lease_expires_at <= now
+                if held is None and not expired:
                     return None
-                return self._expired(item)
+                try:
+                    return self._expired(item, held)
+                except ThreadlineError:
+                    if held is not None:
+                        self._held[item.submission_id] = held  # not recorded yet: keep it
+                    raise
+
             if item.state is SubmissionState.TERMINALIZING:
                 return self._settle(item, Outcome.ABORTED, RecoveryDecision.SETTLE_ABORTED)
             if item.state is SubmissionState.SUSPENDED:
@@ -137,33 +181,42 @@ class Recovery:
             return None
         return None
 
-    def _expired(self, item: WorkItem) -> RecoveryReport:
+    def _expired(self, item: WorkItem, held: UnwrittenEnd | None) -> RecoveryReport:
+        """End a lost claim, or one whose Attempt ended with ``held`` unrecorded."""
+        error = held.error if held is not None else _lease_error(item)
         if transitions.abort_accepted(self.storage, item.submission_id):
             return self._settle(item, Outcome.ABORTED, RecoveryDecision.SETTLE_ABORTED)
         in_flight = journal.in_flight_uncertain(self.storage, item.submission_id)
         if in_flight is not None:
-            return self._unknown(item, in_flight.step_key, in_flight.attempt)
-        if item.attempts >= self.config.max_attempts:
-            return self._settle(item, Outcome.FAILED, RecoveryDecision.SETTLE_FAILED)
+            return self._unknown(item, in_flight.step_key, in_flight.attempt,
+                                 error=None if held is None else error)
+        if item.attempts >= self.config.max_attempts or (held is not None and held.final):
+            return self._settle(item, Outcome.FAILED, RecoveryDecision.SETTLE_FAILED,
+                                error=error)
         now = self.clock.now_ms()
+        not_before = None if held is None else held.not_before
 
         def write() -> None:
             if not transitions.move(self.storage, item.submission_id, state=item.state,
                                     revision=item.revision, to=SubmissionState.READY, now=now,
-                                    error=_lease_error(item)):
+                                    not_before=not_before, error=error):
                 raise _Stale
+            if not_before is not None:
+                self.gate.schedule(NATIVE, not_before)
 
         commit_fact(self.gate, write)
         return RecoveryReport(item.submission_id, item.thread_id, RecoveryDecision.RE_READY,
                               Disposition.REPAIRED)
 
-    def _unknown(self, item: WorkItem, step_key: str, attempt: int) -> RecoveryReport:
+    def _unknown(
+        self, item: WorkItem, step_key: str, attempt: int, *, error: JsonValue = None
+    ) -> RecoveryReport:
         now = self.clock.now_ms()
 
         def write() -> None:
             if not park_unknown(self.storage, self.ids.new_id("wait"), item.submission_id,
                                 state=item.state, revision=item.revision, step_key=step_key,
-                                attempt=attempt, now=now):
+                                attempt=attempt, now=now, error=error):
                 raise _Stale
             # Later input of the Thread may run past an Unknown Outcome: that is native work.
 
@@ -190,15 +243,19 @@ class Recovery:
                               Disposition.REPAIRED)
 
     def _settle(
-        self, item: WorkItem, outcome: Outcome, decision: RecoveryDecision
+        self,
+        item: WorkItem,
+        outcome: Outcome,
+        decision: RecoveryDecision,
+        *,
+        error: JsonValue = None,
     ) -> RecoveryReport:
         now = self.clock.now_ms()
-        error = (
-            transitions.accepted_abort(self.storage, item.submission_id)
-            or transitions.aborted_error(None)
-            if outcome is Outcome.ABORTED
-            else _lease_error(item)
-        )
+        if outcome is Outcome.ABORTED:
+            error = (transitions.accepted_abort(self.storage, item.submission_id)
+                     or transitions.aborted_error(None))
+        elif error is None:
+            error = _lease_error(item)
 
         def write() -> None:
             if not transitions.settle(self.storage, item.submission_id, thread_id=item.thread_id,
@@ -243,7 +300,7 @@ def unknown_wait_key(step_key: str, revision: int) -> str:
     return f"{step_key}@{revision}"
 
 
-def _lease_error(item: WorkItem) -> dict[str, object]:
+def _lease_error(item: WorkItem) -> dict[str, JsonValue]:
     return {
         "type": "LeaseExpired",
         "message": "the Attempt was lost before it settled",
@@ -258,6 +315,7 @@ __all__ = [
     "RecoveryDecision",
     "RecoveryReport",
     "RecoverySweepResult",
+    "UnwrittenEnd",
     "park_unknown",
     "unknown_wait_key",
 ]

@@ -20,6 +20,18 @@ ways, each one compare-and-set on the claimed revision:
 
 If the object is lost mid-Attempt none of that happens; recovery decides later from the lease,
 the journal and the abort intent (:mod:`threadline.threads.recovery`).
+
+Storage failures. Before a claim is taken, a storage failure propagates: nothing is held and
+the caller records the fault. Once a claim is held, none escapes ``process_thread_head``: the
+end of the Attempt is written with its real cause, and an end storage refuses is tried once
+more. A refused result falls back to failing the Attempt with the refusal as its reason (final
+when the value is too large); a refused error envelope (small, its message cut) or a refused
+release, suspension or Unknown Outcome is written again as it was. If storage refuses that as
+well, nothing is written and ``process_thread_head`` returns None: the claim stays running and
+the cause is held in memory (:meth:`Recovery.hold`); the next recovery sweep of the Thread ends
+the claim with that cause, without waiting for its lease (``failed`` at once when the cause is
+final, else ready again after the backoff). The held cause lives as long as this incarnation:
+after an eviction the lease expires and the Attempt is reported lost (``LeaseExpired``).
 """
 
 from __future__ import annotations
@@ -27,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from threadline.clock import Clock
 from threadline.config import RuntimeConfig
@@ -64,9 +76,16 @@ from threadline.threads.ports import (
     MutationGate,
     commit_fact,
 )
-from threadline.threads.recovery import Recovery, RecoverySweepResult, park_unknown
+from threadline.threads.recovery import (
+    Recovery,
+    RecoverySweepResult,
+    UnwrittenEnd,
+    park_unknown,
+)
 from threadline.threads.signals import AbortObserved, ControlSignal, LeaseLost, Suspend, YieldNow
 from threadline.threads.turn import PROPAGATES, Claim, Turn
+
+T = TypeVar("T")
 
 ATTEMPT_CLAIMED = "attempt:claimed"
 SETTLE_BEFORE = "settle:before"
@@ -289,7 +308,27 @@ class ThreadRuntime:
         flight: once one started, the only ways on are its journaled result or an Unknown
         Outcome, never a second run. That holds for a failure that would settle it failed
         too: the step may have acted, so an operator decides.
+
+        If storage refuses every write that would end the Attempt (each is tried twice), this
+        returns None having written nothing: the cause is held for recovery, which ends the
+        claim with it on its next sweep (see :meth:`Recovery.hold`).
         """
+        try:
+            return await self._ending(claim, exc)
+        except StorageError as refused:
+            cause = refused if isinstance(exc, ControlSignal) else exc
+            self.recovery.hold(claim.submission.id, UnwrittenEnd(
+                revision=claim.revision,
+                error={**error_envelope(cause, attempt=claim.attempt),
+                       "unrecorded": error_envelope(refused, attempt=claim.attempt)},
+                final=isinstance(cause, (NonRetryable, ValidationFailed)),
+                not_before=self.clock.now_ms() + backoff_ms(claim.attempt - 1, self.config,
+                                                            self.rng),
+            ))
+            return None
+
+    async def _ending(self, claim: Claim, exc: BaseException) -> Settlement | None:
+        """The writes of :meth:`_ended`; a storage refusal that outlives its retry raises."""
         aborted = transitions.accepted_abort(self.storage, claim.submission.id)
         if isinstance(exc, AbortObserved) or aborted is not None:
             return await self._settle(claim, Outcome.ABORTED,
@@ -343,11 +382,15 @@ class ThreadRuntime:
 
     def _end(self, fn: Callable[[], None], *, lanes: tuple[str, ...] = ()) -> None:
         """Commit the end of an Attempt that does not settle; a lost claim changes nothing."""
-        try:
+
+        def commit() -> None:
             if lanes:
                 commit_fact(self.gate, fn, lanes)
             else:
                 self.gate.mutate(fn, invalidates_recovery=False)
+
+        try:
+            _twice(commit)
         except LeaseLost:
             return
 
@@ -417,14 +460,19 @@ class ThreadRuntime:
             return Settlement(submission.id, submission.thread_id, final,
                               decode_json(final_result), final_error)
 
-        try:
+        def commit() -> Settlement:
             # Settling frees the Thread's next input: native work, published with the record.
-            settlement = commit_fact(self.gate, write, (NATIVE, PUBLICATION))
+            return commit_fact(self.gate, write, (NATIVE, PUBLICATION))
+
+        try:
+            # Without a result only an error envelope is written, small and cut: a refusal of
+            # it is transient if anything, so it is tried again.
+            settlement = commit() if outcome is Outcome.COMPLETED else _twice(commit)
         except LeaseLost:
             return None
         except StorageError as refused:
             if outcome is not Outcome.COMPLETED:
-                raise  # a small error envelope refused: storage itself is failing
+                raise  # refused twice: the caller holds the cause for recovery
             # The result could not be stored: the Attempt fails now with that reason, rather
             # than leaving the claim to expire and be reported as lost.
             return await self._ended(claim, _final(refused))
@@ -451,6 +499,17 @@ class StepLeftInFlight(Exception):
 
     def __init__(self) -> None:
         super().__init__("the agent returned before an uncertain step's result was journaled")
+
+
+def _twice(commit: Callable[[], T]) -> T:
+    """Run ``commit``; if storage refuses it, once more. A value refused as too large would be
+    refused again, so that refusal is not retried."""
+    try:
+        return commit()
+    except StorageValueTooLarge:
+        raise
+    except StorageError:
+        return commit()
 
 
 def _final(refused: StorageError) -> BaseException:
