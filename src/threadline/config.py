@@ -60,9 +60,10 @@ class RuntimeConfig(BaseModel):
         ge=1_024,
         le=33_554_432,
         description=(
-            "Largest UTF-8 JSON an agent may store as one value: a step value, result, record,"
-            " approval payload, abort reason or sent message. The default stays well below the"
-            " platform's 2 MB row limit, so a value and the envelope stored around it fit."
+            "Largest UTF-8 JSON an agent or operator may store as one value: a step value,"
+            " result, record, approval payload or decision, sent message, or accepted Unknown"
+            " Outcome result. The default stays well below the platform's 2 MB row limit, so a"
+            " value and the envelope stored around it fit."
         ),
     )
     max_json_depth: int = Field(

@@ -19,7 +19,10 @@ from threadline.errors import ValidationFailed, ValueTooLarge
 #: Any value that round-trips through JSON.
 JsonValue = Any
 
-_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+#: What an identifier (a thread, agent, step, key or space name) matches; ``.`` and ``..`` do
+#: too, and are refused apart.
+ID_PATTERN = r"[A-Za-z0-9._:-]{1,128}"
+_ID = re.compile(ID_PATTERN)
 #: Ids a URL path cannot carry: normalisation rewrites them to the parent or the same segment.
 _PATH_DOTS = frozenset({".", ".."})
 
@@ -345,6 +348,7 @@ __all__ = [
     "CLAIMABLE",
     "DECODE_DEPTH_CEILING",
     "DEFAULT_MAX_JSON_DEPTH",
+    "ID_PATTERN",
     "MAX_ERROR_MESSAGE_CHARS",
     "AbortState",
     "Admission",

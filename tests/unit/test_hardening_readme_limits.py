@@ -1,0 +1,57 @@
+"""The README's "Limits" table states the limits the code enforces."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from threadline.config import RuntimeConfig
+from threadline.threads.ledger import MAX_ABORT_REASON_CHARS
+from threadline.threads.model import ID_PATTERN, MAX_ERROR_MESSAGE_CHARS
+from threadline.threads.turn import KIND_PATTERN, MAX_SLEEP_SECONDS
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+_ROW = re.compile(r"^\| `([^`]+)` \| `([^`]+)` \|", re.MULTILINE)
+
+
+def limits_table() -> dict[str, str]:
+    text = README.read_text(encoding="utf-8")
+    start = text.index("\n## Limits\n")
+    end = text.index("\n## ", start + 1)
+    return dict(_ROW.findall(text[start:end]))
+
+
+def expected() -> dict[str, str]:
+    defaults = RuntimeConfig()
+    fields = ("max_value_bytes", "max_body_bytes", "max_json_depth", "attempt_timeout_ms",
+              "cancel_grace_ms", "max_attempts", "lease_ms")
+    documented = {name: str(getattr(defaults, name)) for name in fields}
+    documented.update({
+        "MAX_SLEEP_SECONDS": str(MAX_SLEEP_SECONDS),
+        "MAX_ABORT_REASON_CHARS": str(MAX_ABORT_REASON_CHARS),
+        "KIND_PATTERN": KIND_PATTERN,
+        "ID_PATTERN": ID_PATTERN,
+        "MAX_ERROR_MESSAGE_CHARS": str(MAX_ERROR_MESSAGE_CHARS),
+    })
+    return documented
+
+
+def test_the_readme_lists_every_limit_with_the_value_the_code_uses() -> None:
+    assert limits_table() == expected()
+
+
+@pytest.mark.parametrize(
+    ("name", "bound"),
+    [("max_json_depth", 256), ("cancel_grace_ms", 60_000)],
+)
+def test_the_upper_bounds_the_readme_states_are_the_config_bounds(name: str, bound: int) -> None:
+    RuntimeConfig(**{name: bound})
+    with pytest.raises(ValueError):
+        RuntimeConfig(**{name: bound + 1})
+
+
+def test_the_event_deadline_the_readme_names_is_the_default() -> None:
+    text = README.read_text(encoding="utf-8")
+    assert f"`event_deadline_ms` (`{RuntimeConfig().event_deadline_ms}`)" in text
