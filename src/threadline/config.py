@@ -89,6 +89,7 @@ class RuntimeConfig(BaseModel):
         description=(
             "How long a cancelled Attempt may take to unwind before it is abandoned as lost;"
             " an agent that swallows the cancellation cannot hold the pass longer than this."
+            " event_deadline_ms + cancel_grace_ms must stay below the platform's limit."
         ),
     )
 
@@ -98,6 +99,13 @@ class RuntimeConfig(BaseModel):
             raise ValueError("alarm_backoff_cap_ms must be >= alarm_backoff_base_ms")
         if self.yield_after_ms > self.event_deadline_ms:
             raise ValueError("yield_after_ms must be <= event_deadline_ms")
+        if self.event_deadline_ms + self.cancel_grace_ms >= PLATFORM_ALARM_WALL_LIMIT_MS:
+            # At the event deadline the running agents get the grace to unwind: both must end
+            # before the platform stops the handler.
+            raise ValueError(
+                "event_deadline_ms + cancel_grace_ms must be <"
+                f" {PLATFORM_ALARM_WALL_LIMIT_MS} (the platform's alarm wall limit)"
+            )
         if self.attempt_timeout_ms >= self.event_deadline_ms:
             if "attempt_timeout_ms" in self.model_fields_set:
                 raise ValueError("attempt_timeout_ms must be < event_deadline_ms")

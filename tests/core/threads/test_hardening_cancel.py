@@ -215,3 +215,10 @@ def test_the_grace_is_bounded_in_config() -> None:
         RuntimeConfig(cancel_grace_ms=60_001)
     with pytest.raises(ValueError):
         RuntimeConfig(cancel_grace_ms=-1)
+
+
+def test_the_grace_after_the_event_deadline_fits_the_platform_limit() -> None:
+    RuntimeConfig(event_deadline_ms=894_999, yield_after_ms=600_000)
+    with pytest.raises(ValueError, match=r"event_deadline_ms \+ cancel_grace_ms"):
+        RuntimeConfig(event_deadline_ms=895_000, yield_after_ms=600_000)
+    RuntimeConfig(event_deadline_ms=899_999, yield_after_ms=600_000, cancel_grace_ms=0)
