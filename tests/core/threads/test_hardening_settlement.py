@@ -284,3 +284,24 @@ def test_a_held_end_never_applies_to_another_claim(
     clock.advance(h.app.config.lease_ms)
     h.runtime.run_recovery("t")
     assert h.get(sub).error["type"] == "LeaseExpired"  # type: ignore[index]
+
+
+def test_a_yield_storage_refuses_outright_is_held_with_the_refusal(
+    clock: ManualClock, effects: Effects
+) -> None:
+    async def long(turn: Turn) -> Any:
+        await turn.step("one", lambda: clock.advance(10_000))  # the pass's deadline passes
+        return await turn.step("two", lambda: effects.hit("two"))
+
+    storage, h, sub = setup(clock, effects, long)
+    storage.fail(move_write, times=2)
+    deadline = clock.now_ms() + 5_000
+    assert run(h.runtime.process_thread_head("t", yield_after=deadline)) is None
+    assert h.get(sub).state is SubmissionState.RUNNING and h.runtime.recovery.held == 1
+    h.runtime.run_recovery("t")
+    ready = h.get(sub)
+    assert ready.state is SubmissionState.READY and ready.error is not None
+    assert ready.error["type"] == "StorageError" and ready.error["unrecorded"]["type"] == (
+        "StorageError")
+    run(settle_all(h, clock))
+    assert h.get(sub).outcome is Outcome.COMPLETED and effects.count("two") == 1
