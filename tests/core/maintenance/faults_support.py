@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from threadline.maintenance.faults import (
     RecoveryFaults,
 )
 from threadline.scheduling import RECOVERY_EVENTS, Scheduler, build_scheduler, read_state
+from threadline.scheduling import state as gen
 from threadline.storage import SqliteStorage, migrate
 from threadline.storage.port import Rows, SqlValue
 
@@ -82,6 +84,21 @@ class Recorder:
             raise RuntimeError(f"host outbox refused event {event.seq}")
 
 
+def end_pass(rig: Rig, *, acknowledge: bool = False) -> None:
+    """What a quiescent pass leaves: events delivered and their lane idle, native due only for
+    a fault retry, the generation acknowledged if asked, and the slot decided."""
+    asyncio.run(rig.events.run_lane(rig.clock.now_ms(), 10**15))
+    queue = rig.sched.due_queue
+    lane = queue.get(RECOVERY_EVENTS)
+    if lane is not None and lane.due_at is not None:
+        claimed = queue.claim(lane, rig.clock.now_ms())
+        assert claimed is not None and queue.complete(claimed, None)
+    if acknowledge:
+        gen.acknowledge(rig.storage, read_state(rig.storage).dirty)
+    queue.checkpoint_native(rig.faults.next_retry_at())
+    rig.sched.alarm.decide(rig.clock.now_ms())
+
+
 def alarm_covers_due_lanes(rig: Rig) -> bool:
     """The alarm invariant: when a lane is due the slot fires no later than it may."""
     earliest = rig.sched.due_queue.next()
@@ -113,5 +130,6 @@ __all__ = [
     "Rig",
     "alarm_covers_due_lanes",
     "build",
+    "end_pass",
     "pending_events_are_due",
 ]

@@ -9,7 +9,6 @@ its ``retry_at``.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,12 +18,13 @@ from faults_support import (
     Rig,
     alarm_covers_due_lanes,
     build,
+    end_pass,
     pending_events_are_due,
 )
 
 from threadline.clock import ManualClock
 from threadline.errors import Evicted
-from threadline.scheduling import NATIVE, RECOVERY_EVENTS
+from threadline.scheduling import NATIVE
 from threadline.storage import SqliteStorage
 
 Step = Callable[[Rig], object]
@@ -60,18 +60,6 @@ CASES: dict[str, tuple[tuple[Step, ...], Step]] = {
 }
 
 
-def _caught_up(rig: Rig) -> None:
-    """End a pass: drain the event log, keep native due only for a fault retry, decide the slot."""
-    asyncio.run(rig.events.run_lane(rig.clock.now_ms(), 10**15))
-    queue = rig.sched.due_queue
-    lane = queue.get(RECOVERY_EVENTS)
-    if lane is not None and lane.due_at is not None:
-        claimed = queue.claim(lane, rig.clock.now_ms())
-        assert claimed is not None and queue.complete(claimed, None)
-    queue.checkpoint_native(rig.faults.next_retry_at())
-    rig.sched.alarm.decide(rig.clock.now_ms())
-
-
 def _check(rig: Rig) -> None:
     assert pending_events_are_due(rig)
     assert alarm_covers_due_lanes(rig)
@@ -86,7 +74,7 @@ def _statements(path: Path, clock: ManualClock, setup: tuple[Step, ...], step: S
     rig = build(storage, clock)
     for prepare in setup:
         prepare(rig)
-    _caught_up(rig)
+    end_pass(rig)
     before = storage.statements
     step(rig)
     count = storage.statements - before
@@ -109,7 +97,7 @@ def test_appended_event_always_has_its_lane_due_and_an_alarm(
         rig = build(storage, clock)
         for prepare in setup:
             prepare(rig)
-        _caught_up(rig)
+        end_pass(rig)
         storage.crash_at = storage.statements + crash
         with pytest.raises(Evicted):
             step(rig)
