@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from faults_support import Recorder, Rig, build
 
+import threadline
 from threadline.clock import ManualClock
 from threadline.errors import Evicted
 from threadline.maintenance.faults import RecoveryEvent
@@ -211,3 +212,22 @@ def test_a_new_fault_is_logged_once_without_its_failure_text(rig: Rig) -> None:
     assert len(rig.logs) == 1
     assert "t1" in rig.logs[0] and "ValueError" in rig.logs[0]
     assert "secret" not in rig.logs[0]
+
+
+def test_app_registers_one_recovery_event_hook(
+    storage: SqliteStorage, clock: ManualClock
+) -> None:
+    app = threadline.Application()
+    received: list[threadline.RecoveryEvent] = []
+
+    @app.on_recovery_event
+    async def notify(event: threadline.RecoveryEvent) -> None:
+        received.append(event)
+
+    assert app.recovery_event_hook is notify
+    with pytest.raises(ValueError, match="already registered"):
+        app.on_recovery_event(notify)
+    rig = build(storage, clock, app.recovery_event_hook)
+    rig.faults.record("t1", failure="x", error_type="E", recipients=["s1"])
+    asyncio.run(rig.events.run_lane(clock.now_ms(), FAR))
+    assert [(e.seq, e.kind) for e in received] == [(1, "created")]
