@@ -34,6 +34,7 @@ from threadline.scheduling import state
 from threadline.scheduling.due_queue import NATIVE, RECOVERY_EVENTS
 from threadline.scheduling.gate import MutationGate
 from threadline.storage.port import Row, Storage
+from threadline.threads.recovery import RecoverySweepResult
 
 #: ``attempts`` of a fault saturates here instead of overflowing a 32-bit consumer.
 MAX_FAULT_ATTEMPTS = 2**31 - 1
@@ -77,6 +78,7 @@ ON CONFLICT DO NOTHING
 """
 _DELETE_RECIPIENTS = "DELETE FROM tl_recovery_recipients WHERE thread_id = ?"
 _DELETE_FAULT = "DELETE FROM tl_recovery_faults WHERE thread_id = ?"
+_SELECT_DEADLINES = "SELECT thread_id, retry_at FROM tl_recovery_faults"
 _SELECT_SKIPPED = "SELECT thread_id FROM tl_recovery_faults WHERE retry_at > ?"
 _SELECT_NEXT_RETRY = "SELECT min(retry_at) AS retry_at FROM tl_recovery_faults"
 _INSERT_EVENT = """
@@ -324,6 +326,42 @@ class RecoveryFaults:
             return True
 
         return self._gate.mutate(body, invalidates_recovery=False)
+
+    def observe(
+        self,
+        thread_id: str,
+        result: RecoverySweepResult,
+        *,
+        recipients: Iterable[str] = (),
+        faulted: bool = True,
+    ) -> Fault | None:
+        """Commit what one recovery of ``thread_id`` means for its fault; return the fault.
+
+        Blocked: :meth:`record` its failure for ``recipients`` (the Thread's open
+        submissions) and return the fault. Not blocked: :meth:`clear` any fault and return
+        None; pass ``faulted=False`` when the caller knows (from :meth:`deadlines`) that the
+        Thread has no fault, to skip even that one row read.
+        """
+        blocked = [b for b in result.blocked if b.thread_id == thread_id]
+        if blocked:
+            last = blocked[-1]
+            return self.record(
+                thread_id, failure=last.failure, error_type=last.error_type, recipients=recipients
+            )
+        if faulted:
+            self.clear(thread_id)
+        return None
+
+    def deadlines(self) -> dict[str, int]:
+        """``retry_at`` of every faulted Thread (one statement; the table is usually empty).
+
+        A pass reads it once: a Thread whose deadline is ahead is not dispatched, and one
+        whose deadline passed is recovered again before its head may run.
+        """
+        return {
+            str(row["thread_id"]): int(row["retry_at"])
+            for row in self._storage.exec(_SELECT_DEADLINES)
+        }
 
     def get(self, thread_id: str) -> Fault | None:
         """The fault of ``thread_id`` with its recipients, or None."""

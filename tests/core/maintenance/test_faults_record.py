@@ -14,6 +14,7 @@ from threadline.maintenance.faults import (
 )
 from threadline.scheduling import NATIVE, read_state
 from threadline.storage import SqliteStorage
+from threadline.threads.recovery import RecoveryBlocked, RecoverySweepResult
 
 
 @pytest.fixture
@@ -121,3 +122,20 @@ def test_recipients_reject_a_bare_string(rig: Rig) -> None:
     with pytest.raises(TypeError):
         rig.faults.record("t1", failure="x", error_type="E", recipients="s1")
     assert rig.faults.get("t1") is None
+
+
+def test_observe_records_a_blocked_recovery_and_clears_a_healthy_one(rig: Rig) -> None:
+    blocked = RecoverySweepResult(
+        blocked=(RecoveryBlocked("t1", "journal row undecodable", "ValueError"),)
+    )
+    fault = rig.faults.observe("t1", blocked, recipients=["s1"])
+    assert fault is not None and (fault.failure, fault.error_type) == (
+        "journal row undecodable", "ValueError",
+    )
+    assert rig.faults.deadlines() == {"t1": fault.retry_at}
+    # Another Thread's blocked entry is not this Thread's failure.
+    assert rig.faults.observe("t2", blocked, faulted=False) is None
+    assert rig.faults.get("t2") is None
+    assert rig.faults.observe("t1", RecoverySweepResult()) is None
+    assert rig.faults.deadlines() == {}
+    assert [e.kind for e in rig.events.unacknowledged()] == ["created", "cleared"]
