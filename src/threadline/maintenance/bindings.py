@@ -25,6 +25,13 @@ from threadline.storage.port import Storage
 
 _logger = logging.getLogger("threadline.maintenance")
 
+
+class _Unread:
+    """Marks that the caller did not read the stored registry key (None is a valid key)."""
+
+
+_UNREAD = _Unread()
+
 _SELECT_WAIT = "SELECT submission_id FROM tl_binding_waits WHERE submission_id = ?"
 _INSERT_WAIT = """
 INSERT INTO tl_binding_waits (submission_id, thread_id, agent, parked_at) VALUES (?, ?, ?, ?)
@@ -118,7 +125,7 @@ class BindingWaits:
             for r in self._storage.exec(_SELECT_WAITS)
         ]
 
-    def reconcile(self, registry_key: str) -> bool:
+    def reconcile(self, registry_key: str, *, stored: str | _Unread | None = _UNREAD) -> bool:
         """Adopt this deployment's agent registry key; True when it changed.
 
         With the stored key it reads one row and writes nothing, so parked work stays dormant
@@ -126,9 +133,12 @@ class BindingWaits:
         (compare-and-set), deletes every binding wait and records native progress: ``dirty``
         advances once and the native lane is due now with its alarm, which is exactly one new
         opportunity for every parked head. A racing duplicate loses the compare-and-set and
-        changes nothing.
+        changes nothing. ``stored`` is the key of a generation record the caller already
+        read (a pass's begin), which saves that row read.
         """
-        if state.read_state(self._storage).binding_registry_key == registry_key:
+        if isinstance(stored, _Unread):
+            stored = state.read_state(self._storage).binding_registry_key
+        if stored == registry_key:
             return False
 
         def body() -> bool:

@@ -42,6 +42,8 @@ MAX_FAULT_ATTEMPTS = 2**31 - 1
 FAULT_RETRY_BASE_MS = 5_000
 #: Longest wait between two automatic recovery retries of one Thread.
 FAULT_RETRY_CAP_MS = 60_000
+#: Bound of one delivery wave of the ``threadline:recovery-events`` lane.
+RECOVERY_EVENTS_DISPATCH_TIMEOUT_MS = 30_000
 #: Failure text longer than this is cut: a fault row must stay small whatever the error said.
 MAX_FAILURE_CHARS = 2_000
 
@@ -568,6 +570,7 @@ __all__ = [
     "FAULT_RETRY_CAP_MS",
     "MAX_FAILURE_CHARS",
     "MAX_FAULT_ATTEMPTS",
+    "RECOVERY_EVENTS_DISPATCH_TIMEOUT_MS",
     "EventDraft",
     "EventKind",
     "Fault",

@@ -170,3 +170,14 @@ def test_a_stale_registry_read_loses_the_compare_and_set(
     monkeypatch.undo()
     assert read_state(rig.storage).dirty == dirty
     assert rig.bindings.parked_threads() == {"t1"}
+
+
+def test_reconcile_with_the_key_the_pass_already_read_reads_nothing(rig: Rig) -> None:
+    rig.bindings.reconcile(KEY_1)
+    stored = read_state(rig.storage).binding_registry_key
+    meter = rig.storage.meter.reading()
+    assert rig.bindings.reconcile(KEY_1, stored=stored) is False
+    assert (rig.storage.meter.reading() - meter).statements == 0
+    # A stale stored key only costs the compare-and-set, which then finds nothing to do.
+    assert rig.bindings.reconcile(KEY_1, stored=None) is False
+    assert rig.bindings.reconcile(KEY_2, stored=stored) is True
