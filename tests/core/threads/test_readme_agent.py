@@ -5,9 +5,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from core.threads.thread_harness import Harness
 from threadline import Application, ManualClock, SqliteStorage
 from threadline.storage import migrate
+from threadline.testing import ThreadHarness
 from threadline.threads import Outcome, SubmissionState
 
 README = Path(__file__).resolve().parents[3] / "README.md"
@@ -27,7 +27,7 @@ def _readme_app() -> Application:
 def test_the_readme_agent_suspends_for_approval_then_completes() -> None:
     storage = SqliteStorage(":memory:")
     migrate(storage)
-    harness = Harness(storage, ManualClock(), _readme_app)
+    harness = ThreadHarness(storage, ManualClock(), _readme_app)
     submission = harness.admit("t1", "hello", agent="support")
 
     asyncio.run(harness.drive())

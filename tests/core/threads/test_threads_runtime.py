@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from core.threads.thread_harness import Effects, Harness
 from threadline.app import Application
 from threadline.config import RuntimeConfig
 from threadline.errors import (
@@ -20,11 +19,12 @@ from threadline.errors import (
     ValidationFailed,
 )
 from threadline.scheduling import NATIVE
+from threadline.testing import Effects, ThreadHarness
 from threadline.threads.model import Outcome, SubmissionState
 from threadline.threads.recovery import Disposition, RecoveryDecision
 from threadline.threads.turn import RetryPolicy, Turn
 
-MakeHarness = Callable[..., Harness]
+MakeHarness = Callable[..., ThreadHarness]
 
 
 def run(coro: Any) -> Any:
@@ -315,7 +315,7 @@ def test_durable_sleep(make_harness: MakeHarness, effects: Effects) -> None:
 def test_abort_while_running_is_seen_at_the_next_step(
     make_harness: MakeHarness, effects: Effects
 ) -> None:
-    holder: dict[str, Harness] = {}
+    holder: dict[str, ThreadHarness] = {}
 
     def build(config: RuntimeConfig) -> Application:
         app = Application(config)
@@ -387,7 +387,7 @@ def uncertain_app(effects: Effects) -> Callable[[RuntimeConfig], Application]:
     return build
 
 
-def _lose_uncertain_step(h: Harness) -> str:
+def _lose_uncertain_step(h: ThreadHarness) -> str:
     sub = h.admit("a", None, agent="mail")
     later = h.admit("a", None, agent="mail")
     h.failpoints.evict_at("step:started")
@@ -613,7 +613,7 @@ def test_an_uncertain_step_lost_again_after_a_retry_is_unknown_again(
 def test_an_abort_accepted_before_the_attempt_fails_settles_aborted(
     make_harness: MakeHarness, effects: Effects
 ) -> None:
-    holder: dict[str, Harness] = {}
+    holder: dict[str, ThreadHarness] = {}
 
     def build(config: RuntimeConfig) -> Application:
         app = Application(config)
@@ -645,7 +645,7 @@ def test_an_abort_accepted_before_the_attempt_fails_settles_aborted(
 def test_an_abort_accepted_while_the_attempt_suspends_settles_aborted(
     make_harness: MakeHarness,
 ) -> None:
-    holder: dict[str, Harness] = {}
+    holder: dict[str, ThreadHarness] = {}
 
     def build(config: RuntimeConfig) -> Application:
         app = Application(config)
