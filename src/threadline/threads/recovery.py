@@ -2,7 +2,10 @@
 
 ``run(thread)`` looks at the Thread's open submissions and decides, per submission:
 
-* a running submission whose lease expired
+* a running submission whose claim was lost: one stamped by another incarnation, or by this
+  one for a Thread it is not running any more (its task ended without settling), is lost at
+  once; an unstamped claim is lost when its lease expired. A Thread whose Attempt this
+  incarnation is running is never touched.
   - with an accepted abort intent: settle it ``aborted``;
   - with an ``uncertain`` step started and never finished: make it an Unknown Outcome (the
     step may have acted; only an operator may say whether to retry it);
@@ -19,6 +22,7 @@ pass records it as a recovery fault and carries on with other Threads.
 
 from __future__ import annotations
 
+from collections.abc import Set
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -99,9 +103,18 @@ class _Stale(Exception):
 class Recovery:
     """Recovery decisions over one object's ledger."""
 
-    def __init__(self, ledger: Ledger) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        incarnation: str | None = None,
+        active: Set[str] = frozenset(),
+    ) -> None:
         # Recovery writes the ledger's own tables through the ledger's gate, clock and ids.
         self.ledger = ledger
+        self.incarnation = incarnation
+        # A live view of the Threads whose Attempt this incarnation runs.
+        self.active = active
         self.storage: Storage = ledger.storage
         self.gate: MutationGate = ledger.gate
         self.clock: Clock = ledger.clock
@@ -111,6 +124,8 @@ class Recovery:
     def run(self, thread_id: str) -> RecoverySweepResult:
         """Recover one Thread; see the module docstring for the decisions."""
         reports: list[RecoveryReport] = []
+        if thread_id in self.active:
+            return RecoverySweepResult()
         try:
             for item in self.ledger.thread_open(thread_id):
                 report = self._recover(item)
@@ -125,7 +140,7 @@ class Recovery:
         now = self.clock.now_ms()
         try:
             if item.state is SubmissionState.RUNNING:
-                if item.lease_expires_at is None or item.lease_expires_at > now:
+                if not self._claim_lost(item, now):
                     return None
                 return self._expired(item)
             if item.state is SubmissionState.TERMINALIZING:
@@ -135,6 +150,18 @@ class Recovery:
         except _Stale:
             return None
         return None
+
+    def _claim_lost(self, item: WorkItem, now: int) -> bool:
+        """Whether the claim of a running submission can no longer be in flight.
+
+        Called only for a Thread this incarnation is not running. A stamped claim is then
+        lost whoever made it; only an unstamped one (no incarnation to tell) waits for its
+        lease to expire.
+        """
+        owner = item.lease_owner
+        if self.incarnation is not None and owner is not None and "/" in owner:
+            return True
+        return item.lease_expires_at is not None and item.lease_expires_at <= now
 
     def _expired(self, item: WorkItem) -> RecoveryReport:
         if transitions.abort_accepted(self.storage, item.submission_id):
