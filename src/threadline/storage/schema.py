@@ -207,8 +207,30 @@ _RECOVERY = (
     "CREATE INDEX tl_binding_waits_thread ON tl_binding_waits (thread_id)",
 )
 
+_PASS_REPORTS = (
+    # The last actionable or failed maintenance passes (caught-up ones stay in memory).
+    """CREATE TABLE tl_pass_reports (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        started_at INTEGER NOT NULL,
+        phase TEXT NOT NULL CHECK (phase IN ('caught-up', 'actionable', 'failed')),
+        recovered INTEGER NOT NULL CHECK (recovered >= 0),
+        settled INTEGER NOT NULL CHECK (settled >= 0),
+        dispatched INTEGER NOT NULL CHECK (dispatched >= 0),
+        nonterminal INTEGER NOT NULL CHECK (nonterminal >= 0),
+        alarm TEXT CHECK (alarm IS NULL OR alarm IN ('rearmed', 'cleared')),
+        alarm_at INTEGER,
+        rows_read INTEGER NOT NULL CHECK (rows_read >= 0),
+        rows_written INTEGER NOT NULL CHECK (rows_written >= 0),
+        statements INTEGER NOT NULL CHECK (statements >= 0),
+        duration_ms INTEGER NOT NULL CHECK (duration_ms >= 0),
+        failure_type TEXT,
+        failure_message TEXT,
+        CHECK ((phase = 'failed') = (failure_type IS NOT NULL))
+    )""",
+)
+
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
-MIGRATIONS: list[tuple[str, ...]] = [_SCHEDULING, _THREADS, _RECOVERY]
+MIGRATIONS: list[tuple[str, ...]] = [_SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS]
 
 SCHEMA_VERSION = len(MIGRATIONS)
 
