@@ -25,6 +25,7 @@ import asyncio
 import random
 import shutil
 import tempfile
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +46,7 @@ from threadline.scheduling import (
 )
 from threadline.space import Space
 from threadline.storage import SqliteStorage
+from threadline.threads import waits as wait_rows
 from threadline.threads.ledger import Ledger
 from threadline.threads.model import (
     ApprovalDecision,
@@ -56,6 +58,7 @@ from threadline.threads.model import (
 )
 from threadline.threads.recovery import RecoverySweepResult
 from threadline.threads.runtime import ThreadRuntime
+from threadline.threads.waits import Wait
 
 T = TypeVar("T")
 
@@ -166,11 +169,16 @@ class SimulatedObject:
         self._starting = False
         self._started = False
         self._observer: SqliteStorage | None = None
+        self._hits: Counter[str] = Counter()
         self._build()
 
     # -- life cycle --------------------------------------------------------------------------
 
     def _build(self) -> None:
+        previous = getattr(self, "failpoints", None)
+        if previous is not None:
+            for location in previous.locations:
+                self._hits[location] += previous.hits(location)
         self.incarnation += 1
         label = f"{self.seed}:{self.incarnation}"
         self.failpoints = Failpoints()
@@ -206,7 +214,18 @@ class SimulatedObject:
         self._close_storage()
         await asyncio.sleep(0)
         self._build()
-        await self.start()
+        try:
+            await self.start()
+        except BaseException as exc:
+            # Lost again while starting (a crash installed at a start-up failpoint).
+            if not _is_eviction(exc):
+                raise
+            await self.evict()
+
+    async def redeploy(self, app: Application) -> None:
+        """Deploy ``app`` (new agents, versions or hooks) on the same storage: a restart."""
+        self.app = app
+        await self.evict()
 
     def close(self) -> None:
         """Close the database; a temporary file is removed."""
@@ -361,6 +380,10 @@ class SimulatedObject:
                 crash.fired = True
                 raise Evicted(location)
 
+    def hits(self, location: str) -> int:
+        """How many times failpoint ``location`` was reached, over every incarnation."""
+        return self._hits[location] + self.failpoints.hits(location)
+
     # -- what clients and operators do ---------------------------------------------------------
 
     @property
@@ -403,6 +426,10 @@ class SimulatedObject:
     ) -> Submission:
         """Resolve an Unknown Outcome: ``retry``, ``accept`` (with ``result``) or ``abort``."""
         return self.ledger.resolve_unknown(submission_id, action, result)
+
+    def waits(self, submission_id: str) -> list[Wait]:
+        """The submission's open waits: what it waits for (``kind``, ``key``, ``payload``)."""
+        return wait_rows.open_waits(self.storage, submission_id)
 
     def submission(self, submission_id: str) -> Submission:
         """Read one submission, decoded."""

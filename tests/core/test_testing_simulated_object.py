@@ -276,3 +276,36 @@ def test_importing_the_kit_never_loads_the_platform() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_waits_hits_and_redeploy_across_incarnations() -> None:
+    def reviewed_app(version: str) -> Application:
+        application = Application()
+
+        @application.agent("review", version=version)
+        async def review(turn: Turn) -> Any:
+            decision = await turn.approval("ok", {"draft": turn.input})
+            return {"approved": decision.approved}
+
+        return application
+
+    async def scenario() -> None:
+        async with SimulatedObject(reviewed_app("1"), clock=ManualClock(START)) as obj:
+            sub = obj.admit("t", "review", "text")
+            await obj.runtime.process_thread_head("t")  # the runtime, driven directly
+            waits = obj.waits(sub.id)
+            assert [(w.kind, w.key, w.payload) for w in waits] == [
+                ("approval", "ok", {"draft": "text"})
+            ]
+            claimed = obj.hits("attempt:claimed")
+            assert claimed == 1
+            new_app = reviewed_app("2")
+            await obj.redeploy(new_app)
+            assert obj.app is new_app and obj.space.app is new_app and obj.incarnation == 2
+            obj.approve(sub.id, "ok")
+            assert obj.waits(sub.id) == []
+            settled = await obj.runtime.process_thread_head("t")
+            assert settled is not None and settled.result == {"approved": True}
+            assert obj.hits("attempt:claimed") == claimed + 1  # summed over incarnations
+
+    run(scenario())
