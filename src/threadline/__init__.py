@@ -26,6 +26,7 @@ from threadline.errors import (
     ValidationFailed,
 )
 from threadline.ids import IdSource, RandomIds, SequentialIds
+from threadline.maintenance import PassReport
 from threadline.maintenance.faults import Fault, RecoveryEvent
 from threadline.space import Space
 from threadline.storage import SqliteStorage, Storage
@@ -48,6 +49,7 @@ __all__ = [
     "ManualClock",
     "NonRetryable",
     "NotFound",
+    "PassReport",
     "PayloadTooLarge",
     "RandomIds",
     "RecoveryEvent",

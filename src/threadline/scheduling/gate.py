@@ -190,8 +190,9 @@ class MutationGate:
         Also covers the lanes of the enclosing :meth:`mutate` / :meth:`mutation`. Progress
         makes the lanes due now and replenishes their retry budget; native progress advances
         the generation, except inside :meth:`native_source` (the pass certifies its own
-        work). Publication is enrolled only while ``publication_required``. Raises :class:`SchedulingError` outside a transaction, where the
-        progress could commit without its fact (or the fact without its alarm).
+        work). Publication is enrolled only while ``publication_required``. Raises
+        :class:`SchedulingError` outside a transaction, where the progress could commit
+        without its fact (or the fact without its alarm).
         """
         if not self._storage.in_transaction():
             raise SchedulingError("record_progress() must run inside the source transaction")
