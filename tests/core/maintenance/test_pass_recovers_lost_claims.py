@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from pass_support import CONFIG, Obj, run
 
 from threadline.app import Application
@@ -40,12 +41,8 @@ def test_pass_recovers_a_claim_of_an_earlier_incarnation_on_the_first_pass_after
         sub = obj.admit("t1", {"n": 1})
         obj.failpoints.evict_at("step:started")
         clock.advance(1_000)
-        try:
+        with pytest.raises(Evicted):
             await obj.fire()
-        except Evicted:
-            pass
-        else:  # pragma: no cover - the failpoint must have fired
-            raise AssertionError("the object was not lost")
         assert obj.get(sub.id).state is SubmissionState.RUNNING
         lease_end = obj.get(sub.id).lease_expires_at
         await obj.evict()
@@ -128,10 +125,8 @@ def test_pass_treats_an_uncertain_step_lost_in_an_earlier_incarnation_as_unknown
         await obj.run()
         sub = obj.admit("t1", {"n": 1})
         obj.failpoints.evict_at("step:started")
-        try:
+        with pytest.raises(Evicted):
             await obj.fire()
-        except Evicted:
-            pass
         await obj.evict()
         await obj.run()
         assert obj.get(sub.id).state is SubmissionState.UNKNOWN

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from pass_support import CONFIG, Obj, run
 
 from threadline.app import Application
@@ -102,10 +103,8 @@ def test_pass_lets_later_input_run_past_a_recovered_unknown_outcome(
         head = obj.admit("t", {}, agent="risky")
         follower = obj.admit("t", {"n": 2})
         obj.failpoints.evict_at("step:started")
-        try:
+        with pytest.raises(Evicted):
             await obj.fire()
-        except Evicted:
-            pass
         await obj.evict()
         await obj.run()
         assert obj.get(head.id).state is SubmissionState.UNKNOWN
