@@ -286,7 +286,8 @@ class Maintenance:
         event_deadline = started + config.event_deadline_ms
         tasks: dict[str, asyncio.Task[bool]] = {}
         deferred: set[str] = set()
-        backlog_done = False
+        recovered: set[str] = set()
+        first_scan = True
         deadline = asyncio.ensure_future(self._clock.sleep_until(event_deadline))
         try:
             while True:
@@ -296,12 +297,16 @@ class Maintenance:
                     break
                 views = self._views(now, set(tasks))
                 tally.nonterminal = sum(len(view.items) for view in views)
-                if not backlog_done:
-                    backlog_done = True
-                    backlog = [view for view in views if view.need is Need.RECOVER]
-                    if backlog:
-                        await self._recover_backlog(backlog, observed, tally, event_deadline)
-                        continue
+                if first_scan:
+                    first_scan = False
+                    self._note_recipients(views)
+                # Each Thread is recovered at most once per pass outside its own dispatch.
+                backlog = [view for view in views
+                           if view.need is Need.RECOVER and view.thread_id not in recovered]
+                if backlog:
+                    recovered.update(view.thread_id for view in backlog)
+                    await self._recover_backlog(backlog, observed, tally, event_deadline)
+                    continue
                 if now < yield_after:
                     free = config.native_concurrency - len(tasks)
                     runnable = [view for view in views if view.need is Need.RUNNABLE
@@ -331,6 +336,12 @@ class Maintenance:
                 # this incarnation's, no longer active, so the next recovery takes it at once.
                 with suppress(asyncio.CancelledError, Exception):
                     await task
+
+    def _note_recipients(self, views: list[ThreadView]) -> None:
+        """Input admitted to a Thread under a fault hears of the fault too (once)."""
+        for view in views:
+            if view.need is Need.FAULTED:
+                self._faults.note_recipients(view.thread_id, view.submission_ids)
 
     async def _recover_backlog(
         self, backlog: list[ThreadView], observed: _Observed, tally: _Tally, deadline: int

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from itertools import groupby
 
+from threadline.errors import ThreadlineError
 from threadline.storage.port import Storage
 from threadline.threads import waits
 from threadline.threads.model import CLAIMABLE, SubmissionState, WaitKind, WorkItem
@@ -85,7 +86,12 @@ def classify(
     for thread_id, group in groupby(items, key=lambda item: item.thread_id):
         chosen = tuple(group)
         head = head_of(chosen)
-        need, due = _need(storage, thread_id, head, now, active, faults, parked, registered)
+        try:
+            need, due = _need(storage, thread_id, head, now, active, faults, parked, registered)
+        except (ThreadlineError, ValueError, KeyError):
+            # This Thread's records cannot be classified: its recovery will say why and
+            # become its recovery fault, instead of failing the pass for every Thread.
+            need, due = (Need.ACTIVE, None) if thread_id in active else (Need.RECOVER, None)
         views.append(ThreadView(thread_id, chosen, head, need, due, thread_id in faults))
     return views
 
@@ -127,10 +133,10 @@ def _need(
             return Need.TIMED, head.not_before
         return Need.RUNNABLE, None
     if state is SubmissionState.SUSPENDED:
-        pending = waits.open_waits(storage, head.submission_id)
-        if not pending or any(w.kind is not WaitKind.TIMER for w in pending):
+        pending = waits.open_wait_deadlines(storage, head.submission_id)
+        if not pending or any(kind != WaitKind.TIMER.value for kind, _ in pending):
             return Need.STABLE, None
-        wake = max(w.wake_at or 0 for w in pending)
+        wake = max(at or 0 for _, at in pending)
         return (Need.RECOVER, None) if wake <= now else (Need.TIMED, wake)
     return Need.STABLE, None
 

@@ -199,11 +199,6 @@ def test_unregistered_agent_parks_reports_once_and_wakes_on_redeploy(
     asyncio.run(run())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the pass decodes a suspended head's wait rows while classifying Threads, so one "
-    "undecodable wait fails every pass instead of becoming that Thread's recovery fault",
-)
 def test_an_undecodable_wait_is_a_fault_of_its_thread_only() -> None:
     async def run() -> None:
         host = Host()
