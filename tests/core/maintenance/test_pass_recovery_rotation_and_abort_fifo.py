@@ -51,13 +51,13 @@ def test_pass_rotates_old_recovery_after_the_last_recovered_thread(
 
         def slow_recovery(obj: Obj) -> None:
             recovery = obj.space.runtime.recovery
-            original = recovery.run
 
             def run_one(thread_id: str) -> RecoverySweepResult:
                 order.append(thread_id)
-                # Each recovery takes the whole event: the deadline cuts the backlog short.
+                # Each recovery takes the whole event and gets nowhere: the deadline cuts
+                # the backlog short, and the Thread still needs recovery next time.
                 clock.advance(CONFIG.event_deadline_ms)
-                return original(thread_id)
+                return RecoverySweepResult()
 
             recovery.run = run_one  # type: ignore[method-assign]
 
@@ -72,6 +72,8 @@ def test_pass_rotates_old_recovery_after_the_last_recovered_thread(
         assert order == ["a", "b"]
         await obj.fire()
         assert order == ["a", "b", "c"]
+        await obj.fire()
+        assert order == ["a", "b", "c", "a"]
 
     run(body())
 
