@@ -117,6 +117,64 @@ class _Tally:
     waves: set[str] = field(default_factory=set)
 
 
+class _Scan:
+    """The pass's view of open work, refreshed per Thread as its Attempts end.
+
+    The ledger is scanned in full at the start, after backlog recovery and whenever the
+    generation moved (a producer outside the pass admitted or decided something: the pass's
+    own commits do not move it). Otherwise only a Thread whose Attempt just ended is read
+    again, so a pass over many Threads does not rescan all open work per Attempt.
+    """
+
+    def __init__(self, owner: Maintenance) -> None:
+        self._owner = owner
+        self._views: dict[str, ThreadView] = {}
+        self._dirty: int | None = None
+        self._stale: set[str] = set()
+        self._full = True
+        self._first = True
+        self._faults: dict[str, int] = {}
+        self._parked: frozenset[str] = frozenset()
+
+    def invalidate(self) -> None:
+        """Scan everything next time."""
+        self._full = True
+
+    def changed(self, thread_id: str) -> None:
+        """Read ``thread_id`` again next time."""
+        self._stale.add(thread_id)
+
+    def current(self, now: int, active: frozenset[str]) -> list[ThreadView]:
+        owner = self._owner
+        storage = owner._storage
+        runtime = owner._runtime
+        dirty = generation.read_state(storage).dirty
+        if self._full or dirty != self._dirty:
+            items = runtime.ledger.scan_nonterminal()
+            self._faults = owner._faults.deadlines()
+            self._parked = owner._bindings.parked_threads() if items else frozenset()
+            views = classify(storage, items, now, active=active | runtime.active_threads,
+                             faults=self._faults, parked=self._parked,
+                             registered=runtime.registry)
+            self._views = {view.thread_id: view for view in views}
+            self._dirty, self._full = dirty, False
+            self._stale.clear()
+            if self._first:
+                self._first = False
+                owner._note_recipients(views)
+        else:
+            for thread_id in sorted(self._stale):
+                items = runtime.ledger.thread_open(thread_id)
+                self._views.pop(thread_id, None)
+                for view in classify(storage, items, now,
+                                     active=active | runtime.active_threads,
+                                     faults=self._faults, parked=self._parked,
+                                     registered=runtime.registry):
+                    self._views[view.thread_id] = view
+            self._stale.clear()
+        return [self._views[thread_id] for thread_id in sorted(self._views)]
+
+
 class Maintenance:
     """The maintenance pass of one object incarnation."""
 
@@ -287,7 +345,7 @@ class Maintenance:
         tasks: dict[str, asyncio.Task[bool]] = {}
         deferred: set[str] = set()
         recovered: set[str] = set()
-        first_scan = True
+        scan = _Scan(self)
         deadline = asyncio.ensure_future(self._clock.sleep_until(event_deadline))
         try:
             while True:
@@ -295,28 +353,29 @@ class Maintenance:
                 if now >= event_deadline:
                     tally.cut_short = True
                     break
-                views = self._views(now, set(tasks))
+                views = scan.current(now, frozenset(tasks))
                 tally.nonterminal = sum(len(view.items) for view in views)
-                if first_scan:
-                    first_scan = False
-                    self._note_recipients(views)
                 # Each Thread is recovered at most once per pass outside its own dispatch.
-                backlog = [view for view in views
-                           if view.need is Need.RECOVER and view.thread_id not in recovered]
+                backlog = [view for view in views if view.need is Need.RECOVER
+                           and view.thread_id not in recovered and view.thread_id not in tasks]
                 if backlog:
                     recovered.update(view.thread_id for view in backlog)
                     await self._recover_backlog(backlog, observed, tally, event_deadline)
+                    scan.invalidate()
                     continue
                 if now < yield_after:
                     free = config.native_concurrency - len(tasks)
+                    # One head per Thread: a Thread with an Attempt running is not offered
+                    # again (its cached view predates the Attempt).
                     runnable = [view for view in views if view.need is Need.RUNNABLE
-                                and view.thread_id not in deferred]
+                                and view.thread_id not in deferred
+                                and view.thread_id not in tasks]
                     if free > 0 and runnable:
                         for view in await self._select(runnable, free, observed):
                             tally.dispatched += 1
                             tasks[view.thread_id] = asyncio.ensure_future(
                                 self._attempt(view, yield_after, tally))
-                elif views and any(view.need is Need.RUNNABLE for view in views):
+                elif any(view.need is Need.RUNNABLE for view in views):
                     tally.cut_short = True
                 if not tasks:
                     break
@@ -325,6 +384,7 @@ class Maintenance:
                 for thread_id, task in list(tasks.items()):
                     if task.done():
                         del tasks[thread_id]
+                        scan.changed(thread_id)
                         if not task.result():
                             deferred.add(thread_id)
         finally:

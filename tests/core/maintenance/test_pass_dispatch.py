@@ -36,7 +36,7 @@ def test_pass_runs_at_most_native_concurrency_threads_and_one_head_per_thread(
                 assert per_thread[turn.thread_id] == 1, "two heads of one Thread at once"
                 running.add(turn.submission_id)
                 peak["threads"] = max(peak["threads"], len(running))
-                for _ in range(3):
+                for _ in range(1 + 4 * (turn.input["n"] % 3)):  # Attempts of unequal length
                     await asyncio.sleep(0)
                 running.discard(turn.submission_id)
                 per_thread[turn.thread_id] -= 1
@@ -52,6 +52,7 @@ def test_pass_runs_at_most_native_concurrency_threads_and_one_head_per_thread(
         assert all(obj.get(s.id).state is SubmissionState.SETTLED for s in subs)
         assert peak["threads"] == 2
         assert len(reports) == 1 and reports[0].settled == 20
+        assert reports[0].dispatched == 20  # each Attempt dispatched once, none twice
 
     run(body())
 

@@ -59,3 +59,29 @@ def test_one_step_submission_costs_one_pass_and_the_same_rows_whatever_the_histo
     print(f"one-step submission: admission rows_read={admit_read} rows_written={admit_written};"
           f" end to end rows_read={read} rows_written={written} alarm_writes={alarms}"
           f" passes={passes}")
+
+
+def _pass_reads(threads: int, clock: ManualClock) -> int:
+    storage = SqliteStorage(":memory:")
+
+    async def body() -> int:
+        obj = Obj(storage, clock, _one_step_app)
+        await obj.start()
+        await obj.run()
+        for n in range(threads):
+            obj.admit(f"t{n:03d}", {"n": n})
+        reports = await obj.run()
+        assert len(reports) == 1 and reports[0].settled == threads
+        return reports[0].rows_read
+
+    try:
+        return run(body())  # type: ignore[no-any-return]
+    finally:
+        storage.close()
+
+
+def test_pass_reads_open_work_once_not_once_per_attempt(clock: ManualClock) -> None:
+    # Between Attempts only the Thread whose Attempt ended is read again: the rows a pass
+    # reads grow with the work it does, not with its square.
+    small, large = _pass_reads(20, clock), _pass_reads(80, clock)
+    assert large <= 4 * small + 40
