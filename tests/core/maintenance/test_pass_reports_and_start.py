@@ -100,3 +100,22 @@ def test_pass_start_reads_the_same_rows_however_much_work_is_owed(clock: ManualC
             storage.close()
 
     assert start_cost(1) == start_cost(200)
+
+
+def test_pass_start_reports_a_parked_lane_left_unreported(
+    raw_storage: SqliteStorage, clock: ManualClock
+) -> None:
+    async def body() -> None:
+        obj = Obj(raw_storage, clock, echo_app)
+        await obj.start()
+        # Parked by a claim whose incarnation was lost before it could report it.
+        raw_storage.exec(
+            "INSERT INTO tl_lanes (id, due_at, not_before, stalls, state, reported)"
+            " VALUES ('host.sync', ?, ?, 12, 'parked', 0)",
+            clock.now_ms() + 3_600_000, clock.now_ms() + 3_600_000)
+        await obj.evict()
+        assert [line for line in obj.logs if "'host.sync' is parked" in line] != []
+        await obj.evict()
+        assert len([line for line in obj.logs if "'host.sync' is parked" in line]) == 1
+
+    run(body())
