@@ -34,8 +34,9 @@ from typing import Any, TypeVar
 
 from threadline.app import Application
 from threadline.clock import ManualClock
-from threadline.errors import Evicted
+from threadline.errors import Evicted, StorageError
 from threadline.ids import RandomIds
+from threadline.maintenance import PassReport
 from threadline.scheduling import (
     NATIVE,
     DueQueue,
@@ -46,6 +47,7 @@ from threadline.scheduling import (
 )
 from threadline.space import Space
 from threadline.storage import SqliteStorage
+from threadline.storage.port import Rows, SqlValue
 from threadline.threads import waits as wait_rows
 from threadline.threads.ledger import Ledger
 from threadline.threads.model import (
@@ -64,9 +66,10 @@ T = TypeVar("T")
 
 #: How many passes :meth:`SimulatedObject.run_alarms` fires before it gives up by default.
 DEFAULT_MAX_PASSES = 1_000
-# Event-loop turns a handler gets before the clock is skipped to the next sleeper's deadline.
-_IDLE_TURNS = 20
 
+# Event-loop turns without news before the clock moves, on a loop that hides its ready queue.
+_BLIND_IDLE_TURNS = 20
+_NO_DISK_SYNC = "PRAGMA synchronous = OFF"
 _SETTLED_RECORDS = "SELECT COUNT(*) AS n FROM tl_outbox WHERE record_id = ?"
 _SUBMISSIONS = "SELECT id FROM tl_submissions ORDER BY thread_id, seq"
 _THREAD_SUBMISSIONS = "SELECT id FROM tl_submissions WHERE thread_id = ? ORDER BY seq"
@@ -112,12 +115,31 @@ class Crash:
     fired: bool = False
 
 
-class _CommitObservedStorage(SqliteStorage):
-    """SQLite storage that calls ``on_commit`` after each outermost commit that wrote."""
+@dataclass
+class StatementFailure:
+    """Storage failures installed by :meth:`SimulatedObject.fail_statements`."""
 
-    def __init__(self, path: str, on_commit: Callable[[], None]) -> None:
+    containing: str
+    #: How many more matching statements will fail.
+    remaining: int
+
+
+class _SimulatedStorage(SqliteStorage):
+    """SQLite storage that reports each outermost commit and fails statements on request."""
+
+    def __init__(
+        self, path: str, on_commit: Callable[[], None], failures: list[StatementFailure]
+    ) -> None:
         super().__init__(path)
         self._on_commit = on_commit
+        self.failures = failures
+
+    def exec(self, sql: str, *params: SqlValue) -> Rows:
+        for failure in self.failures:
+            if failure.remaining > 0 and failure.containing in sql:
+                failure.remaining -= 1
+                raise StorageError(f"injected storage failure ({failure.containing!r})")
+        return super().exec(sql, *params)
 
     def transaction(self, fn: Callable[[], T]) -> T:
         result = super().transaction(fn)
@@ -159,7 +181,7 @@ class SimulatedObject:
             path = Path(self._tempdir) / "object.sqlite3"
         self.path = str(path)
         #: Every pass report, in order, across incarnations.
-        self.reports: list[Any] = []
+        self.reports: list[PassReport] = []
         #: Every crash installed with :meth:`crash_at`.
         self.crashes: list[Crash] = []
         #: How many times the object was lost and rebuilt.
@@ -170,6 +192,7 @@ class SimulatedObject:
         self._started = False
         self._observer: SqliteStorage | None = None
         self._hits: Counter[str] = Counter()
+        self._storage_failures: list[StatementFailure] = []
         self._build()
 
     # -- life cycle --------------------------------------------------------------------------
@@ -182,7 +205,12 @@ class SimulatedObject:
         self.incarnation += 1
         label = f"{self.seed}:{self.incarnation}"
         self.failpoints = Failpoints()
-        self.storage: SqliteStorage = _CommitObservedStorage(self.path, self._committed)
+        self.storage: SqliteStorage = _SimulatedStorage(
+            self.path, self._committed, self._storage_failures
+        )
+        # Committed rows survive the loss of the object, which is all a simulation needs; not
+        # waiting for the disk at each commit makes a test ten times faster.
+        self.storage.exec(_NO_DISK_SYNC)
         self.space = Space(
             self.app,
             self.storage,
@@ -191,7 +219,6 @@ class SimulatedObject:
             ids=RandomIds(random.Random(f"ids:{label}")),
             failpoints=self.failpoints,
         )
-        self._runtime: ThreadRuntime | None = None
         self._install_crashes()
 
     async def start(self) -> None:
@@ -261,7 +288,7 @@ class SimulatedObject:
 
     async def run_alarms(
         self, until: int | None = None, max_passes: int = DEFAULT_MAX_PASSES
-    ) -> list[Any]:
+    ) -> list[PassReport]:
         """Fire the alarm like the platform until the slot is empty or later than ``until``.
 
         One handler at a time: the clock jumps forward to the slot (never backwards), the slot
@@ -277,7 +304,7 @@ class SimulatedObject:
         """
         if not self._started:
             await self.start()
-        completed: list[Any] = []
+        completed: list[PassReport] = []
         passes = 0
         while True:
             slot = self.storage.known_alarm()
@@ -296,7 +323,7 @@ class SimulatedObject:
             self.clock.set(until)
         return completed
 
-    async def _fire(self) -> Any | None:
+    async def _fire(self) -> PassReport | None:
         """Run one alarm handler to its end; None when the object was lost in it."""
         before = asyncio.all_tasks()
         self._handler_running = True
@@ -318,12 +345,24 @@ class SimulatedObject:
         return report
 
     async def _skip_time_while(self, task: asyncio.Future[Any]) -> None:
-        """Let ``task`` run; when only the clock can move it on, move the clock."""
+        """Let ``task`` run; once everything waits and only the clock can move it on, move the
+        clock to the earliest deadline someone sleeps until."""
+        loop = asyncio.get_running_loop()
+        idle_turns = 0
         while not task.done():
-            for _ in range(_IDLE_TURNS):
-                await asyncio.sleep(0)
-                if task.done():
-                    return
+            await asyncio.sleep(0)
+            if task.done():
+                return
+            busy = _has_ready_callbacks(loop)
+            if busy:
+                idle_turns = 0
+                continue
+            # Nothing runnable right now: one more turn confirms it before time is moved (many
+            # more on a loop that does not show its ready queue).
+            idle_turns += 1
+            if idle_turns < (2 if busy is not None else _BLIND_IDLE_TURNS):
+                continue
+            idle_turns = 0
             deadline = self.clock.next_deadline()
             if deadline is not None:
                 self.clock.set(max(deadline, self.clock.now_ms()))
@@ -384,21 +423,20 @@ class SimulatedObject:
         """How many times failpoint ``location`` was reached, over every incarnation."""
         return self._hits[location] + self.failpoints.hits(location)
 
+    def fail_statements(self, containing: str, times: int = 1) -> StatementFailure:
+        """Make the next ``times`` statements whose SQL contains ``containing`` raise
+        :class:`~threadline.errors.StorageError`, as a failing disk or platform would (the
+        transaction around them rolls back). Counted across incarnations."""
+        failure = StatementFailure(containing, times)
+        self._storage_failures.append(failure)
+        return failure
+
     # -- what clients and operators do ---------------------------------------------------------
 
     @property
     def runtime(self) -> ThreadRuntime:
         """The current incarnation's thread runtime."""
-        runtime = getattr(self.space, "runtime", None)
-        if isinstance(runtime, ThreadRuntime):
-            return runtime
-        if self._runtime is None:
-            scheduler = self.space.scheduler
-            self._runtime = ThreadRuntime(
-                self.storage, self.app.agents, gate=scheduler.gate, failpoints=self.failpoints,
-                config=self.app.config, clock=self.clock, rng=self.space.rng, ids=self.space.ids,
-            )
-        return self._runtime
+        return self.space.runtime
 
     @property
     def ledger(self) -> Ledger:
@@ -484,6 +522,13 @@ def alarm_invariant_problem(storage: SqliteStorage, app: Application, now: int) 
             "but the native lane is idle"
         )
     return None
+
+
+def _has_ready_callbacks(loop: asyncio.AbstractEventLoop) -> bool | None:
+    """Whether any callback is ready to run on ``loop``; None when the loop does not say
+    (only CPython's own event loop keeps its ready queue where this can see it)."""
+    ready = getattr(loop, "_ready", None)
+    return None if ready is None else len(ready) > 0
 
 
 def _is_eviction(exc: BaseException) -> bool:
@@ -588,6 +633,7 @@ __all__ = [
     "Effects",
     "QuiescenceError",
     "SimulatedObject",
+    "StatementFailure",
     "ThreadHarness",
     "alarm_invariant_problem",
     "open_states",
