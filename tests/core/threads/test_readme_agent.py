@@ -15,7 +15,9 @@ README = Path(__file__).resolve().parents[3] / "README.md"
 
 def _readme_app() -> Application:
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
-    agent_blocks = [block for block in blocks if "@app.agent" in block]
+    agent_blocks = [
+        block for block in blocks if "@app.agent" in block and "threadline.testing" not in block
+    ]
     assert len(agent_blocks) == 1, "README should show exactly one agent"
     namespace: dict[str, Any] = {}
     exec(compile(agent_blocks[0], str(README), "exec"), namespace)
