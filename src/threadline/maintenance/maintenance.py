@@ -26,7 +26,8 @@ A pass
 A pass that fails (a storage error, say) logs one content-free line, re-arms with backoff for
 the failed generation only (a producer that raced it is due at once) and returns normally, so
 the durable backoff replaces the platform's six automatic retries. Only a defect propagates,
-after the same re-arming.
+after the same re-arming; and should the re-arming itself fail (storage unavailable), that
+error propagates too, leaving the platform's own retry as the last resort.
 """
 
 from __future__ import annotations
@@ -233,7 +234,10 @@ class Maintenance:
                 failure = exc
                 decision = await self._rearm_failure(observed)
         if tally.parked_lanes or failure is not None:
-            self.report_parked()
+            try:
+                self.report_parked()
+            except ThreadlineError as exc:
+                self._log(f"threadline: could not report parked lanes ({type(exc).__name__})")
         cost = self._storage.meter.reading() - before
         fields: dict[str, object] = {
             "started_at": started,
