@@ -26,7 +26,7 @@ import random
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -56,7 +56,6 @@ from threadline.threads.model import (
     Resolution,
     Settlement,
     Submission,
-    SubmissionState,
 )
 from threadline.threads.recovery import RecoverySweepResult
 from threadline.threads.runtime import ThreadRuntime
@@ -621,11 +620,6 @@ class ThreadHarness:
         return int(row["n"])
 
 
-def open_states(submissions: Iterable[Submission]) -> dict[str, SubmissionState]:
-    """The submissions that are not settled, with their states (handy in assertions)."""
-    return {s.id: s.state for s in submissions if s.state is not SubmissionState.SETTLED}
-
-
 __all__ = [
     "DEFAULT_MAX_PASSES",
     "AlarmInvariantError",
@@ -636,5 +630,4 @@ __all__ = [
     "StatementFailure",
     "ThreadHarness",
     "alarm_invariant_problem",
-    "open_states",
 ]

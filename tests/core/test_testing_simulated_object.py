@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from threadline import Application, ManualClock
-from threadline.errors import Evicted
+from threadline.errors import Evicted, StorageError
 from threadline.scheduling import NATIVE
 from threadline.space import Space
 from threadline.testing import (
@@ -307,5 +307,40 @@ def test_waits_hits_and_redeploy_across_incarnations() -> None:
             settled = await obj.runtime.process_thread_head("t")
             assert settled is not None and settled.result == {"approved": True}
             assert obj.hits("attempt:claimed") == claimed + 1  # summed over incarnations
+
+    run(scenario())
+
+
+def test_with_the_real_pass_a_crash_mid_attempt_restarts_and_settles_once() -> None:
+    async def scenario() -> None:
+        async with SimulatedObject(app(), clock=ManualClock(START), seed=3,
+                                   check_alarm_invariant=True) as obj:
+            sub = obj.admit("t", "echo", "hi")
+            crash = obj.crash_at("settle:before")
+            reports = await obj.run_alarms()
+            assert crash.fired and obj.evictions == 1
+            done = obj.submission(sub.id)
+            assert done.state == "settled" and done.result == {"got": "hi"}
+            assert done.attempts == 2  # the lost Attempt, then the one that settled
+            assert [r.settled for r in reports].count(1) == 1
+            assert obj.reports[-len(reports):] == reports
+            assert obj.alarm_at is None
+
+    run(scenario())
+
+
+def test_failed_statements_roll_back_and_are_counted_across_incarnations() -> None:
+    async def scenario() -> None:
+        async with SimulatedObject(app(), clock=ManualClock(START)) as obj:
+            failure = obj.fail_statements("INSERT INTO tl_submissions", times=2)
+            with pytest.raises(StorageError, match="injected"):
+                obj.admit("t", "echo", 1)
+            await obj.evict()
+            with pytest.raises(StorageError):
+                obj.admit("t", "echo", 1)
+            assert failure.remaining == 0
+            assert obj.submissions() == []  # each admission rolled back whole
+            obj.admit("t", "echo", 1)
+            assert [s.input for s in obj.submissions()] == [1]
 
     run(scenario())
