@@ -38,6 +38,7 @@ import random
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
+from typing import Any
 
 from threadline.clock import Clock
 from threadline.config import RuntimeConfig
@@ -121,16 +122,17 @@ class _Tally:
 class _Scan:
     """The pass's view of open work, refreshed per Thread as its Attempts end.
 
-    The ledger is scanned in full at the start, after backlog recovery and whenever the
-    generation moved (a producer outside the pass admitted or decided something: the pass's
-    own commits do not move it). Otherwise only a Thread whose Attempt just ended is read
-    again, so a pass over many Threads does not rescan all open work per Attempt.
+    The ledger is scanned in full at the start, after backlog recovery and whenever a producer
+    outside the pass advanced the generation through the gate (the pass's own commits do not;
+    the gate's in-memory hint saves a storage read per Attempt, and the checkpoint still checks
+    the durable generation). Otherwise only a Thread whose Attempt just ended is read again, so
+    a pass over many Threads does not rescan all open work per Attempt.
     """
 
     def __init__(self, owner: Maintenance) -> None:
         self._owner = owner
         self._views: dict[str, ThreadView] = {}
-        self._dirty: int | None = None
+        self._generations: int | None = None
         self._stale: set[str] = set()
         self._full = True
         self._first = True
@@ -149,8 +151,8 @@ class _Scan:
         owner = self._owner
         storage = owner._storage
         runtime = owner._runtime
-        dirty = generation.read_state(storage).dirty
-        if self._full or dirty != self._dirty:
+        generations = owner._gate.generations
+        if self._full or generations != self._generations:
             items = runtime.ledger.scan_nonterminal()
             self._faults = owner._faults.deadlines()
             self._parked = owner._bindings.parked_threads() if items else frozenset()
@@ -158,7 +160,7 @@ class _Scan:
                              faults=self._faults, parked=self._parked,
                              registered=runtime.registry)
             self._views = {view.thread_id: view for view in views}
-            self._dirty, self._full = dirty, False
+            self._generations, self._full = generations, False
             self._stale.clear()
             if self._first:
                 self._first = False
@@ -383,8 +385,7 @@ class Maintenance:
                     tally.cut_short = True
                 if not tasks:
                     break
-                await asyncio.wait({*tasks.values(), deadline},
-                                   return_when=asyncio.FIRST_COMPLETED)
+                await self._await_progress(tasks, deadline)
                 for thread_id, task in list(tasks.items()):
                     if task.done():
                         del tasks[thread_id]
@@ -400,6 +401,22 @@ class Maintenance:
                 # this incarnation's, no longer active, so the next recovery takes it at once.
                 with suppress(asyncio.CancelledError, Exception):
                     await task
+
+    async def _await_progress(
+        self, tasks: dict[str, asyncio.Task[bool]], deadline: asyncio.Future[None]
+    ) -> None:
+        """Wait until an Attempt ends, the event deadline passes, or a producer outside the
+        pass advanced the generation (new input must not wait for a long Attempt to end)."""
+        seen = self._gate.generations
+        while True:
+            change = asyncio.ensure_future(self._gate.await_change(self._gate.revision))
+            waiting: set[asyncio.Future[Any]] = {*tasks.values(), deadline, change}
+            try:
+                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                change.cancel()
+            if done - {change} or self._gate.generations != seen:
+                return
 
     def _note_recipients(self, views: list[ThreadView]) -> None:
         """Input admitted to a Thread under a fault hears of the fault too (once)."""

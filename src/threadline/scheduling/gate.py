@@ -80,6 +80,7 @@ class MutationGate:
         self._active = 0
         self._lanes: Counter[str] = Counter()
         self._revision = 0
+        self._generations = 0
         self._waiters: list[asyncio.Future[None]] = []
 
     # -- producers -------------------------------------------------------------------------
@@ -179,6 +180,7 @@ class MutationGate:
                 if lane_id == PUBLICATION:
                     self._queue.enroll(NATIVE, due_at, progress=True)
                 state.bump_dirty(self._storage, clear_retry=True)
+                self._generations += 1
             self._alarm.ensure_due(self._clock.now_ms())
 
         self._storage.transaction(enroll)
@@ -212,6 +214,7 @@ class MutationGate:
                 state.clear_retry(self._storage)
             else:
                 state.bump_dirty(self._storage, clear_retry=True)
+                self._generations += 1
         self._alarm.ensure_due(now)
         self._notify()
 
@@ -276,6 +279,16 @@ class MutationGate:
         return self._active
 
     @property
+    def generations(self) -> int:
+        """In-memory count of generation advances made through this gate (a hint).
+
+        A running pass compares it to notice, without a storage read, that a producer outside
+        the pass may have created native work; the durable ``dirty`` stays the authority. A
+        rolled-back transaction may have counted one: a spurious hint only costs a rescan.
+        """
+        return self._generations
+
+    @property
     def revision(self) -> int:
         """In-memory change counter; bumped by every producer commit and mutation release."""
         return self._revision
@@ -318,6 +331,7 @@ class MutationGate:
             self._queue.enroll(lane_id, now)
         if invalidates_recovery and not _native_source.get():
             state.bump_dirty(self._storage)
+            self._generations += 1
         self._alarm.ensure_due(now)
 
     def _release(self, held: set[str], *, keep: frozenset[str] = frozenset()) -> None:

@@ -111,3 +111,41 @@ def test_pass_backs_off_native_work_owed_now_that_makes_no_progress(
         assert read_state(raw_storage).pending_retry is None
 
     run(body())
+
+
+def test_pass_dispatches_input_admitted_while_a_long_attempt_runs(
+    raw_storage: SqliteStorage, clock: ManualClock
+) -> None:
+    async def body() -> None:
+        release = asyncio.Event()
+
+        def make() -> Application:
+            app = Application(CONFIG)
+
+            @app.agent("echo")
+            async def echo(turn: Any) -> Any:
+                if turn.thread_id == "long":
+                    await release.wait()  # a long model call
+                return "ok"
+
+            return app
+
+        obj = Obj(raw_storage, clock, make)
+        await obj.start()
+        await obj.run()
+        obj.admit("long", {})
+        clock.advance(1_000)
+        task = asyncio.ensure_future(obj.fire())
+        for _ in range(10):
+            await asyncio.sleep(0)
+        # A client admits input for another Thread (its own task, so its own context).
+        quick = contextvars.Context().run(obj.admit, "quick", {})
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert obj.get(quick.id).state is SubmissionState.SETTLED  # not behind the long call
+        assert not task.done()
+        release.set()
+        report = await task
+        assert report.settled == 2
+
+    run(body())

@@ -291,14 +291,17 @@ def test_native_source_progress_does_not_dirty_the_generation(
 ) -> None:
     # The pass certifies its own settlements; only outside producers advance the generation.
     before = read_state(storage).dirty
+    hint = sched.gate.generations
     with sched.gate.native_source():
         storage.transaction(lambda: sched.gate.record_progress([NATIVE]))
         sched.gate.mutate(lambda: None)
     assert read_state(storage).dirty == before
+    assert sched.gate.generations == hint
     native = sched.due_queue.get(NATIVE)
     assert native is not None and native.due_at == clock.now_ms()
     storage.transaction(lambda: sched.gate.record_progress([NATIVE]))
     assert read_state(storage).dirty == before + 1
+    assert sched.gate.generations == hint + 1
 
 
 def test_native_source_is_not_seen_by_another_task(
