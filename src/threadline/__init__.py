@@ -26,6 +26,8 @@ from threadline.errors import (
     ValidationFailed,
 )
 from threadline.ids import IdSource, RandomIds, SequentialIds
+from threadline.maintenance import PassReport
+from threadline.maintenance.faults import Fault, RecoveryEvent
 from threadline.space import Space
 from threadline.storage import SqliteStorage, Storage
 from threadline.threads import ApprovalDecision, RetryPolicy, Turn
@@ -42,12 +44,15 @@ __all__ = [
     "Conflict",
     "ErrorCode",
     "Evicted",
+    "Fault",
     "IdSource",
     "ManualClock",
     "NonRetryable",
     "NotFound",
+    "PassReport",
     "PayloadTooLarge",
     "RandomIds",
+    "RecoveryEvent",
     "RetryPolicy",
     "RetryableAgentError",
     "RuntimeConfig",

@@ -13,14 +13,25 @@ from threadline.api.routes import route
 from threadline.app import Application
 from threadline.clock import Clock, SystemClock
 from threadline.ids import IdSource, RandomIds
-from threadline.maintenance import run_pass
-from threadline.scheduling import Failpoints, Scheduler, build_scheduler
+from threadline.maintenance import LaneRunner, Maintenance, MaintenanceParts, PassReport
+from threadline.maintenance.bindings import BindingWaits
+from threadline.maintenance.faults import (
+    RECOVERY_EVENTS_DISPATCH_TIMEOUT_MS,
+    RecoveryEvents,
+    RecoveryFaults,
+)
+from threadline.scheduling import RECOVERY_EVENTS, Failpoints, Scheduler, build_scheduler
 from threadline.storage.port import Storage
 from threadline.storage.schema import migrate, schema_version
+from threadline.threads.runtime import ThreadRuntime
 
 
 class Space:
-    """The Threads of one space, over one storage, clock, randomness and id source."""
+    """The Threads of one space, over one storage, clock, randomness and id source.
+
+    One instance per object incarnation: its in-memory parts (the gate's active mutations, the
+    runtime's active Attempts, its incarnation id) are rebuilt empty by the next one.
+    """
 
     def __init__(
         self,
@@ -38,24 +49,48 @@ class Space:
         self.rng = rng if rng is not None else random.SystemRandom()
         self.ids: IdSource = ids if ids is not None else RandomIds(self.rng)
         self.schema_version = 0
+        config = app.config
         self.scheduler: Scheduler = build_scheduler(
-            storage, self.clock, app.config, self.rng, failpoints
+            storage, self.clock, config, self.rng, failpoints
         )
+        gate = self.scheduler.gate
+        self.runtime = ThreadRuntime(
+            storage, app.agents, gate=gate, failpoints=self.scheduler.failpoints, config=config,
+            clock=self.clock, rng=self.rng, ids=self.ids,
+        )
+        self.faults = RecoveryFaults(storage, gate, self.clock)
+        self.recovery_events = RecoveryEvents(storage, self.clock, app.recovery_event_hook)
+        self.bindings = BindingWaits(storage, gate, self.clock)
+        self.lanes = LaneRunner(storage, gate, self.scheduler.due_queue, self.clock, config,
+                                self.rng)
+        self.lanes.register(RECOVERY_EVENTS, self.recovery_events.run_lane,
+                            dispatch_timeout_ms=RECOVERY_EVENTS_DISPATCH_TIMEOUT_MS)
+        self.maintenance = Maintenance(MaintenanceParts(
+            storage=storage, clock=self.clock, config=config, rng=self.rng,
+            scheduler=self.scheduler, runtime=self.runtime, lanes=self.lanes,
+            faults=self.faults, bindings=self.bindings,
+        ))
 
     async def start(self) -> None:
-        """Bring the schema up to date and learn the alarm slot. Runs before any event."""
+        """Before any event: bring the schema up to date, learn the alarm slot, adopt this
+        deployment's agent registry and make sure owed work has an alarm (O(1) rows)."""
         migrate(self.storage)
         self.schema_version = schema_version(self.storage)
         await self.storage.get_alarm()
+        self.maintenance.start()
 
     async def handle(self, request: Request) -> Response:
         """Answer one HTTP request addressed to this space."""
         return await route(self, request)
 
-    async def alarm(self, retry_count: int = 0) -> None:
-        """Run one maintenance pass for a fired alarm (the platform has emptied the slot)."""
+    async def alarm(self, retry_count: int = 0) -> PassReport:
+        """Run one maintenance pass for a fired alarm (the platform has emptied the slot).
+
+        A failing pass re-arms itself with a durable backoff and returns normally, so the
+        platform's own retries (``retry_count``) are never needed.
+        """
         await self.storage.get_alarm()
-        await run_pass(self)
+        return await self.maintenance.run_pass()
 
 
 __all__ = ["Space"]

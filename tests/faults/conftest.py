@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.threads.thread_harness import Effects, SettlementLog
+from threadline.testing import Effects, SettlementLog
 
 
 @pytest.fixture

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from core.threads.thread_harness import Effects, Harness, SettlementLog
 from threadline.app import Application
 from threadline.clock import ManualClock
 from threadline.config import RuntimeConfig
 from threadline.errors import StorageError
 from threadline.storage import SqliteStorage, migrate
+from threadline.testing import Effects, SettlementLog, ThreadHarness
 from threadline.threads.model import Outcome, SubmissionState
 from threadline.threads.turn import Turn
 
@@ -92,7 +92,7 @@ def build(effects: Effects, value: Callable[[], Any], effect: str,
     return app
 
 
-async def settle_all(h: Harness, clock: ManualClock) -> None:
+async def settle_all(h: ThreadHarness, clock: ManualClock) -> None:
     for _ in range(20):
         await h.drive()
         if all(item.state is SubmissionState.UNKNOWN for item in h.ledger.scan_nonterminal()):
@@ -117,7 +117,7 @@ def test_failure_without_crash(
     migrate(storage)
     settlements = SettlementLog().install(monkeypatch)
     config = RuntimeConfig(**overrides)
-    h = Harness(storage, clock, lambda: build(effects, value, effect, config))
+    h = ThreadHarness(storage, clock, lambda: build(effects, value, effect, config))
     first = h.admit("t", 1, agent="flow")
     second = h.admit("t", 2, agent="flow")
     storage.fail_state = fail_state

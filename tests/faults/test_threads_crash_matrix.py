@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from core.threads.thread_harness import Effects, Harness, SettlementLog
 from threadline.app import Application
 from threadline.clock import ManualClock
 from threadline.config import RuntimeConfig
 from threadline.errors import Evicted
 from threadline.scheduling import NATIVE, RUNTIME_LOCATIONS
 from threadline.storage import SqliteStorage
+from threadline.testing import Effects, SettlementLog, ThreadHarness
 from threadline.threads.model import Outcome, SubmissionState
 from threadline.threads.turn import Turn
 
@@ -59,7 +59,7 @@ def test_crash_evict_recover(
     storage: SqliteStorage, clock: ManualClock, effects: Effects, settlements: SettlementLog,
     location: str, after: int,
 ) -> None:
-    h = Harness(storage, clock, lambda: build(effects))
+    h = ThreadHarness(storage, clock, lambda: build(effects))
     first = h.admit("t", 1, agent="flow")
     second = h.admit("t", 2, agent="flow")
     h.failpoints.evict_at(location, after=after)

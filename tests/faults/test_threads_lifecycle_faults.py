@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from core.threads.thread_harness import Effects, Harness, SettlementLog
 from threadline.app import Application
 from threadline.clock import ManualClock
 from threadline.config import RuntimeConfig
 from threadline.errors import Evicted
 from threadline.scheduling import RUNTIME_LOCATIONS
 from threadline.storage import SqliteStorage, migrate
+from threadline.testing import Effects, SettlementLog, ThreadHarness
 from threadline.threads import waits
 from threadline.threads.model import Outcome, SubmissionState, WaitKind
 from threadline.threads.turn import Turn
@@ -38,7 +38,7 @@ def build(effects: Effects) -> Application:
     return app
 
 
-def finish(h: Harness, submission_id: str) -> tuple[Harness, int]:
+def finish(h: ThreadHarness, submission_id: str) -> tuple[ThreadHarness, int]:
     """Drive to settlement like passes and an operator would; rebuild after a crash.
 
     Returns the harness of the last incarnation and how many crashes happened on the way.
@@ -70,10 +70,10 @@ def finish(h: Harness, submission_id: str) -> tuple[Harness, int]:
     raise AssertionError(f"submission did not settle: {h.get(submission_id)}")
 
 
-def fresh(clock: ManualClock, effects: Effects) -> Harness:
+def fresh(clock: ManualClock, effects: Effects) -> ThreadHarness:
     storage = SqliteStorage(":memory:")
     migrate(storage)
-    return Harness(storage, clock, lambda: build(effects))
+    return ThreadHarness(storage, clock, lambda: build(effects))
 
 
 def test_every_occurrence_of_every_failpoint(settlements: SettlementLog) -> None:

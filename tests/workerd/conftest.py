@@ -46,6 +46,8 @@ def bundle() -> Path:
         "probe_entry",
         "--durable-object",
         "PROBE=StorageProbe",
+        "--durable-object",
+        "PROBE_THREADS=ProbeThreadObject",
     ]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     return BUNDLE

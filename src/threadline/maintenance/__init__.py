@@ -1,5 +1,17 @@
-"""The maintenance pass that one alarm event runs."""
+"""The maintenance pass that one alarm event runs, and the lanes it serves (DESIGN §4)."""
 
-from threadline.maintenance.maintenance import run_pass
+from threadline.maintenance.lanes import LaneHandler, LaneRunner, WaveOutcome, WaveResult
+from threadline.maintenance.maintenance import Maintenance, MaintenanceParts
+from threadline.maintenance.report import PassPhase, PassReport, PassReports
 
-__all__ = ["run_pass"]
+__all__ = [
+    "LaneHandler",
+    "LaneRunner",
+    "Maintenance",
+    "MaintenanceParts",
+    "PassPhase",
+    "PassReport",
+    "PassReports",
+    "WaveOutcome",
+    "WaveResult",
+]

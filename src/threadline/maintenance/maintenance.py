@@ -1,25 +1,579 @@
-"""One maintenance pass per alarm event.
+"""The maintenance pass: one alarm event runs every Thread toward settlement (DESIGN §4).
 
-For now the pass only ends the way every pass must: with an explicit alarm decision derived
-from the durable due queue (re-armed at the earliest due lane, never earlier than the minimum
-delay, or cleared). Lane work is driven here as the thread layer is wired to the pass.
+A pass
+
+1. **begins** by reading the generation record (one row) and the due lanes. Caught up (the
+   generation is processed or its native retry is still ahead, and the native lane is not due):
+   no ledger scan, no history read; only due lanes are served and the alarm decided.
+2. Otherwise it is **actionable**: it scans open work (control columns only), recovers the
+   Threads that need it (rotated by ``last_recovered_thread``), and dispatches heads, at most
+   ``native_concurrency`` Threads at once, one head per Thread, round-robin after
+   ``last_served_thread``; each dispatched Thread is recovered right before its Attempt. A
+   Thread under a recovery fault, or parked on an unregistered agent, is skipped. Its own
+   source changes are made under :meth:`MutationGate.native_source`, so they do not dirty
+   the generation it is about to acknowledge.
+3. Non-native lanes due at the start (and those that became due meanwhile) get one bounded
+   wave each, concurrently with native work (:mod:`threadline.maintenance.lanes`).
+4. **Deadlines** on the injected clock: no new Attempt after ``yield_after_ms``; at
+   ``event_deadline_ms`` Attempts still running are cancelled and count as lost (their
+   claims are this incarnation's, but no longer active, so the next recovery takes them at once).
+5. **Checkpoint**: with every Attempt joined, the observed generation is acknowledged only if
+   no producer overlapped the pass and no autonomous work is owed now; work owed now that made
+   no progress gets a durable native retry (``base * 2^stalls`` capped, jittered); the native
+   lane is set to the earliest timed obligation.
+6. **Finish**: the alarm is decided from the due queue under the gate's snapshot.
+
+A pass that fails (a storage error, say) logs one content-free line, re-arms with backoff for
+the failed generation only (a producer that raced it is due at once) and returns normally, so
+the durable backoff replaces the platform's six automatic retries. Only a defect propagates,
+after the same re-arming; and should the re-arming itself fail (storage unavailable), that
+error propagates too, leaving the platform's own retry as the last resort.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from typing import Any
 
-from threadline.scheduling import AlarmDecision
+from threadline.clock import Clock
+from threadline.config import RuntimeConfig
+from threadline.errors import BindingUnavailable, ThreadlineError
+from threadline.maintenance.bindings import BindingWaits
+from threadline.maintenance.faults import RecoveryFaults
+from threadline.maintenance.lanes import LaneRunner, WaveResult
+from threadline.maintenance.report import PassPhase, PassReport, PassReports, failure_fields
+from threadline.maintenance.view import Need, ThreadView, classify
+from threadline.scheduling import (
+    NATIVE,
+    AlarmDecision,
+    Lane,
+    NativeRetry,
+    Scheduler,
+    backoff_ms,
+)
+from threadline.scheduling import state as generation
+from threadline.storage.port import Storage
+from threadline.threads.recovery import Disposition, RecoverySweepResult
+from threadline.threads.runtime import ThreadRuntime
 
-if TYPE_CHECKING:
-    from threadline.space import Space
+_logger = logging.getLogger("threadline.maintenance")
+
+BEGIN_BEFORE = "maintenance:begin:before"
+BEGIN_AFTER = "maintenance:begin:after"
+SELECT_BEFORE = "maintenance:select:before"
+SELECT_AFTER = "maintenance:select:after"
+BINDING_BEFORE = "maintenance:binding-retry:before"
+BINDING_AFTER = "maintenance:binding-retry:after"
+RECOVERY_STATUS_BEFORE = "maintenance:recovery-status:before"
+RECOVERY_STATUS_AFTER = "maintenance:recovery-status:after"
+RETRY_BEFORE = "maintenance:retry:before"
+RETRY_AFTER = "maintenance:retry:after"
+CHECKPOINT_BEFORE = "maintenance:checkpoint:before"
+CHECKPOINT_AFTER = "maintenance:checkpoint:after"
+FINISH_BEFORE = "maintenance:finish:before"
+FINISH_AFTER = "maintenance:finish:after"
 
 
-async def run_pass(space: Space) -> AlarmDecision:
-    """Run one pass and leave the alarm slot consistent with the due queue."""
-    alarm = space.scheduler.alarm
-    with alarm.wakes_deferred():
-        return alarm.decide(space.clock.now_ms())
+@dataclass(frozen=True, slots=True)
+class MaintenanceParts:
+    """What a pass works with: the object's scheduler, thread runtime, lanes, faults, waits."""
+
+    storage: Storage
+    clock: Clock
+    config: RuntimeConfig
+    rng: random.Random
+    scheduler: Scheduler
+    runtime: ThreadRuntime
+    lanes: LaneRunner
+    faults: RecoveryFaults
+    bindings: BindingWaits
+    log: Callable[[str], None] | None = None
 
 
-__all__ = ["run_pass"]
+@dataclass
+class _Observed:
+    """What the pass observed at its begin; the failure path re-arms from it."""
+
+    generation: int | None = None
+    actionable: bool = False
+    active_at_start: int = 0
+    nonterminal: int = 0
+    last_served: str | None = None
+    last_recovered: str | None = None
+
+
+@dataclass
+class _Tally:
+    recovered: int = 0
+    repaired: bool = False
+    settled: int = 0
+    dispatched: int = 0
+    nonterminal: int = 0
+    cut_short: bool = False
+    parked_lanes: bool = False
+    waves: set[str] = field(default_factory=set)
+
+
+class _Scan:
+    """The pass's view of open work, refreshed per Thread as its Attempts end.
+
+    The ledger is scanned in full at the start, after backlog recovery and whenever a producer
+    outside the pass advanced the generation through the gate (the pass's own commits do not;
+    the gate's in-memory hint saves a storage read per Attempt, and the checkpoint still checks
+    the durable generation). Otherwise only a Thread whose Attempt just ended is read again, so
+    a pass over many Threads does not rescan all open work per Attempt.
+    """
+
+    def __init__(self, owner: Maintenance) -> None:
+        self._owner = owner
+        self._views: dict[str, ThreadView] = {}
+        self._generations: int | None = None
+        self._stale: set[str] = set()
+        self._full = True
+        self._first = True
+        self._faults: dict[str, int] = {}
+        self._parked: frozenset[str] = frozenset()
+
+    def invalidate(self) -> None:
+        """Scan everything next time."""
+        self._full = True
+
+    def changed(self, thread_id: str) -> None:
+        """Read ``thread_id`` again next time."""
+        self._stale.add(thread_id)
+
+    def current(self, now: int, active: frozenset[str]) -> list[ThreadView]:
+        owner = self._owner
+        storage = owner._storage
+        runtime = owner._runtime
+        generations = owner._gate.generations
+        if self._full or generations != self._generations:
+            items = runtime.ledger.scan_nonterminal()
+            self._faults = owner._faults.deadlines()
+            self._parked = owner._bindings.parked_threads() if items else frozenset()
+            views = classify(storage, items, now, active=active | runtime.active_threads,
+                             faults=self._faults, parked=self._parked,
+                             registered=runtime.registry)
+            self._views = {view.thread_id: view for view in views}
+            self._generations, self._full = generations, False
+            self._stale.clear()
+            if self._first:
+                self._first = False
+                owner._note_recipients(views)
+        else:
+            for thread_id in sorted(self._stale):
+                items = runtime.ledger.thread_open(thread_id)
+                self._views.pop(thread_id, None)
+                for view in classify(storage, items, now,
+                                     active=active | runtime.active_threads,
+                                     faults=self._faults, parked=self._parked,
+                                     registered=runtime.registry):
+                    self._views[view.thread_id] = view
+            self._stale.clear()
+        return [self._views[thread_id] for thread_id in sorted(self._views)]
+
+
+class Maintenance:
+    """The maintenance pass of one object incarnation."""
+
+    def __init__(self, parts: MaintenanceParts) -> None:
+        self.parts = parts
+        self._storage = parts.storage
+        self._clock = parts.clock
+        self._config = parts.config
+        self._rng = parts.rng
+        self._queue = parts.scheduler.due_queue
+        self._alarm = parts.scheduler.alarm
+        self._gate = parts.scheduler.gate
+        self._fp = parts.scheduler.failpoints
+        self._runtime = parts.runtime
+        self._lanes = parts.lanes
+        self._faults = parts.faults
+        self._bindings = parts.bindings
+        self._log = parts.log if parts.log is not None else _logger.error
+        #: Recent pass reports of this incarnation (actionable and failed ones are durable too).
+        self.reports = PassReports(parts.storage)
+
+    # -- start -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """At start-up, after migrations: adopt the agent registry, ensure the alarm, report
+        parked lanes. O(1) rows: the ledger is never read here."""
+        key = self._runtime.binding_registry_key
+        stored = generation.read_state(self._storage).binding_registry_key
+        self._bindings.reconcile(key, stored=stored)
+        self._gate.ensure_alarm()
+        self.report_parked()
+
+    def report_parked(self) -> int:
+        """Log each parked lane not reported yet, once; return how many."""
+        taken = self._storage.transaction(self._queue.take_parked_reports)
+        for lane in taken:
+            self._log(
+                f"threadline: maintenance lane {lane.id!r} is parked after {lane.stalls} "
+                f"attempts without progress; retried hourly until it progresses"
+            )
+        return len(taken)
+
+    # -- the pass ----------------------------------------------------------------------------
+
+    async def run_pass(self) -> PassReport:
+        """Run one pass and return its report; see the module docstring."""
+        started = self._clock.now_ms()
+        before = self._storage.meter.reading()
+        observed = _Observed()
+        tally = _Tally()
+        failure: Exception | None = None
+        with self._alarm.wakes_deferred():
+            try:
+                decision = await self._pass(started, observed, tally)
+            except Exception as exc:  # classified below: defects are re-raised
+                failure = exc
+                decision = await self._rearm_failure(observed)
+        if tally.parked_lanes or failure is not None:
+            try:
+                self.report_parked()
+            except ThreadlineError as exc:
+                self._log(f"threadline: could not report parked lanes ({type(exc).__name__})")
+        cost = self._storage.meter.reading() - before
+        fields: dict[str, object] = {
+            "started_at": started,
+            "recovered": tally.recovered,
+            "settled": tally.settled,
+            "dispatched": tally.dispatched,
+            "nonterminal": tally.nonterminal if observed.actionable else observed.nonterminal,
+            "alarm": decision,
+            "alarm_at": self._storage.known_alarm(),
+            "duration_ms": max(0, self._clock.now_ms() - started),
+        }
+        if failure is not None:
+            fields.update(failure_fields(failure), phase=PassPhase.FAILED)
+            self._log(
+                "threadline: maintenance pass failed"
+                f" error_type={type(failure).__name__} generation={observed.generation}"
+                f" actionable={observed.actionable} alarm={decision.value}"
+                f" alarm_at={fields['alarm_at']}"
+            )
+        else:
+            fields["phase"] = PassPhase.ACTIONABLE if observed.actionable else PassPhase.CAUGHT_UP
+        report = PassReport.costed(cost, **fields)
+        self._keep(report)
+        if failure is not None and not isinstance(failure, ThreadlineError):
+            raise failure
+        return report
+
+    async def _pass(self, started: int, observed: _Observed, tally: _Tally) -> AlarmDecision:
+        config = self._config
+        event_deadline = started + config.event_deadline_ms
+        await self._fp.reached(BEGIN_BEFORE)
+        with self._gate.snapshot() as active:
+            observed.active_at_start = active
+            due = self._storage.transaction(lambda: self._begin(started, observed))
+        await self._fp.reached(BEGIN_AFTER)
+
+        waves = [
+            asyncio.ensure_future(self._wave(lane, event_deadline, tally))
+            for lane in self._lanes.due(due, started)
+        ]
+        try:
+            if observed.actionable:
+                with self._gate.native_source():
+                    await self._native(started, observed, tally)
+                await self._checkpoint(observed, tally)
+            if waves:
+                await asyncio.gather(*waves)
+            if observed.actionable:
+                # Lanes that became due meanwhile (recovery events of this pass, say).
+                now = self._clock.now_ms()
+                later = [lane for lane in self._lanes.due(self._queue.due(now), now)
+                         if lane.id not in tally.waves]
+                await asyncio.gather(*(self._wave(lane, event_deadline, tally)
+                                       for lane in later))
+        finally:
+            for wave in waves:
+                wave.cancel()
+
+        await self._fp.reached(FINISH_BEFORE)
+        now = self._clock.now_ms()
+        with self._gate.snapshot():
+            decision = self._alarm.decide(now)
+        await self._fp.reached(FINISH_AFTER)
+        return decision
+
+    def _begin(self, now: int, observed: _Observed) -> list[Lane]:
+        current = generation.read_state(self._storage)
+        key = self._runtime.binding_registry_key
+        if current.binding_registry_key != key:
+            self._bindings.reconcile(key, stored=current.binding_registry_key)
+            current = generation.read_state(self._storage)
+        due = self._queue.due(now)
+        native = next((lane for lane in due if lane.id == NATIVE), None)
+        observed.generation = current.dirty
+        observed.nonterminal = current.nonterminal
+        observed.last_served = current.last_served_thread
+        observed.last_recovered = current.last_recovered_thread
+        observed.actionable = not current.caught_up(native, now)
+        if observed.actionable:
+            # Crash fallback: should this incarnation be lost mid-pass, the native lane is
+            # due again after a backoff, not at once and forever. The checkpoint replaces it.
+            retry = current.pending_retry
+            stalls = 0 if retry is None else retry.stalls
+            self._queue.checkpoint_native(now + backoff_ms(stalls, self._config, self._rng))
+        return due
+
+    async def _wave(self, lane: Lane, until: int, tally: _Tally) -> WaveResult:
+        tally.waves.add(lane.id)
+        result = await self._lanes.run_wave(lane, until=until)
+        if result.newly_parked:
+            tally.parked_lanes = True
+        return result
+
+    # -- native work -------------------------------------------------------------------------
+
+    def _views(self, now: int, active: set[str] | frozenset[str]) -> list[ThreadView]:
+        items = self._runtime.ledger.scan_nonterminal()
+        deadlines = self._faults.deadlines()
+        parked = self._bindings.parked_threads() if items else frozenset()
+        return classify(
+            self._storage, items, now, active=active | self._runtime.active_threads,
+            faults=deadlines, parked=parked, registered=self._runtime.registry,
+        )
+
+    async def _native(self, started: int, observed: _Observed, tally: _Tally) -> None:
+        config = self._config
+        yield_after = started + config.yield_after_ms
+        event_deadline = started + config.event_deadline_ms
+        tasks: dict[str, asyncio.Task[bool]] = {}
+        deferred: set[str] = set()
+        recovered: set[str] = set()
+        scan = _Scan(self)
+        deadline = asyncio.ensure_future(self._clock.sleep_until(event_deadline))
+        try:
+            while True:
+                now = self._clock.now_ms()
+                if now >= event_deadline:
+                    tally.cut_short = True
+                    break
+                views = scan.current(now, frozenset(tasks))
+                tally.nonterminal = sum(len(view.items) for view in views)
+                # Each Thread is recovered at most once per pass outside its own dispatch.
+                backlog = [view for view in views if view.need is Need.RECOVER
+                           and view.thread_id not in recovered and view.thread_id not in tasks]
+                if backlog:
+                    recovered.update(view.thread_id for view in backlog)
+                    await self._recover_backlog(backlog, observed, tally, event_deadline)
+                    scan.invalidate()
+                    continue
+                if now < yield_after:
+                    free = config.native_concurrency - len(tasks)
+                    # One head per Thread: a Thread with an Attempt running is not offered
+                    # again (its cached view predates the Attempt).
+                    runnable = [view for view in views if view.need is Need.RUNNABLE
+                                and view.thread_id not in deferred
+                                and view.thread_id not in tasks]
+                    if free > 0 and runnable:
+                        for view in await self._select(runnable, free, observed):
+                            tally.dispatched += 1
+                            tasks[view.thread_id] = asyncio.ensure_future(
+                                self._attempt(view, yield_after, tally))
+                elif any(view.need is Need.RUNNABLE for view in views):
+                    tally.cut_short = True
+                if not tasks:
+                    break
+                await self._await_progress(tasks, deadline)
+                for thread_id, task in list(tasks.items()):
+                    if task.done():
+                        del tasks[thread_id]
+                        scan.changed(thread_id)
+                        if not task.result():
+                            deferred.add(thread_id)
+        finally:
+            deadline.cancel()
+            for task in tasks.values():
+                task.cancel()
+            for task in tasks.values():
+                # Cancelled at the event deadline or because the pass failed: the claim stays
+                # this incarnation's, no longer active, so the next recovery takes it at once.
+                with suppress(asyncio.CancelledError, Exception):
+                    await task
+
+    async def _await_progress(
+        self, tasks: dict[str, asyncio.Task[bool]], deadline: asyncio.Future[None]
+    ) -> None:
+        """Wait until an Attempt ends, the event deadline passes, or a producer outside the
+        pass advanced the generation (new input must not wait for a long Attempt to end)."""
+        seen = self._gate.generations
+        while True:
+            change = asyncio.ensure_future(self._gate.await_change(self._gate.revision))
+            waiting: set[asyncio.Future[Any]] = {*tasks.values(), deadline, change}
+            try:
+                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                change.cancel()
+            if done - {change} or self._gate.generations != seen:
+                return
+
+    def _note_recipients(self, views: list[ThreadView]) -> None:
+        """Input admitted to a Thread under a fault hears of the fault too (once)."""
+        for view in views:
+            if view.need is Need.FAULTED:
+                self._faults.note_recipients(view.thread_id, view.submission_ids)
+
+    async def _recover_backlog(
+        self, backlog: list[ThreadView], observed: _Observed, tally: _Tally, deadline: int
+    ) -> None:
+        """Recover the Threads that need it and are not dispatched, one at a time, starting
+        after ``last_recovered_thread`` so a deadline or eviction cannot always restart at the
+        front."""
+        last = observed.last_recovered
+        after = [view for view in backlog if last is None or view.thread_id > last]
+        before = [view for view in backlog if last is not None and view.thread_id <= last]
+        for view in after + before:
+            if self._clock.now_ms() >= deadline:
+                tally.cut_short = True
+                return
+            await self._fp.reached(SELECT_BEFORE)
+            self._set_cursor("last_recovered_thread", view.thread_id)
+            await self._fp.reached(SELECT_AFTER)
+            observed.last_recovered = view.thread_id
+            await self._recover(view, tally)
+
+    def _set_cursor(self, name: str, thread_id: str) -> None:
+        self._storage.transaction(lambda: generation.set_cursor(self._storage, name, thread_id))
+
+    async def _recover(self, view: ThreadView, tally: _Tally) -> bool:
+        """Run recovery for one Thread and commit its fault status; True when not blocked."""
+        sweep = self._runtime.run_recovery(view.thread_id)
+        tally.recovered += len(sweep.reports) + len(sweep.blocked)
+        tally.repaired = tally.repaired or any(
+            report.disposition is not Disposition.UNKNOWN for report in sweep.reports)
+        return await self._observe(view, sweep)
+
+    async def _observe(self, view: ThreadView, sweep: RecoverySweepResult) -> bool:
+        faulted = view.faulted and not sweep.blocked
+        if not sweep.blocked and not faulted:
+            return True
+        await self._fp.reached(RECOVERY_STATUS_BEFORE)
+        fault = self._faults.observe(view.thread_id, sweep, recipients=view.submission_ids,
+                                     faulted=faulted)
+        await self._fp.reached(RECOVERY_STATUS_AFTER)
+        return fault is None
+
+    async def _select(
+        self, runnable: list[ThreadView], free: int, observed: _Observed
+    ) -> list[ThreadView]:
+        """Choose up to ``free`` Threads round-robin after ``last_served_thread``; persist it."""
+        ordered = sorted(runnable, key=lambda view: view.thread_id)
+        last = observed.last_served
+        pivot = next((i for i, view in enumerate(ordered)
+                      if last is None or view.thread_id > last), 0)
+        chosen = (ordered[pivot:] + ordered[:pivot])[:free]
+        await self._fp.reached(SELECT_BEFORE)
+        newest = chosen[-1].thread_id
+        self._set_cursor("last_served_thread", newest)
+        observed.last_served = newest
+        await self._fp.reached(SELECT_AFTER)
+        return chosen
+
+    async def _attempt(self, view: ThreadView, yield_after: int, tally: _Tally) -> bool:
+        """Recover the Thread, then run one Attempt of its head; True when it settled."""
+        if not await self._recover(view, tally):
+            return False
+        try:
+            settlement = await self._runtime.process_thread_head(
+                view.thread_id, yield_after=yield_after)
+        except BindingUnavailable:
+            head = self._runtime.head(view.thread_id)
+            if head is not None:
+                await self._fp.reached(BINDING_BEFORE)
+                self._bindings.park(view.thread_id, head.submission_id, head.agent)
+                await self._fp.reached(BINDING_AFTER)
+            return False
+        if settlement is None:
+            return False
+        tally.settled += 1
+        return True
+
+    # -- checkpoint and failure ----------------------------------------------------------------
+
+    async def _checkpoint(self, observed: _Observed, tally: _Tally) -> None:
+        await self._fp.reached(CHECKPOINT_BEFORE)
+        with self._gate.snapshot() as active:
+            self._storage.transaction(lambda: self._certify(observed, tally, active))
+        await self._fp.reached(CHECKPOINT_AFTER)
+
+    def _certify(self, observed: _Observed, tally: _Tally, active: int) -> None:
+        now = self._clock.now_ms()
+        current = generation.read_state(self._storage)
+        views = self._views(now, frozenset())
+        nonterminal = sum(len(view.items) for view in views)
+        tally.nonterminal = nonterminal
+        owed_now = any(view.need in (Need.RUNNABLE, Need.RECOVER) for view in views)
+        timed = [view.due_at for view in views
+                 if view.need in (Need.TIMED, Need.FAULTED) and view.due_at is not None]
+        overlap = (observed.active_at_start > 0 or active > 0
+                   or current.dirty != observed.generation)
+        gen = observed.generation
+        assert gen is not None
+        native: int | None
+        if overlap:
+            native = now + self._alarm.min_delay_ms
+        elif owed_now:
+            if tally.cut_short or tally.settled > 0 or tally.repaired:
+                native = now + self._alarm.min_delay_ms
+            else:
+                # Work owed now that made no progress: back the generation off durably.
+                retry = current.pending_retry
+                stalls = 0 if retry is None else retry.stalls
+                not_before = now + backoff_ms(stalls, self._config, self._rng)
+                generation.set_retry(self._storage, NativeRetry(gen, not_before, True, stalls + 1))
+                native = not_before
+        else:
+            generation.acknowledge(self._storage, gen)
+            native = None
+        if timed:
+            native = min(timed) if native is None else min(native, min(timed))
+        generation.set_nonterminal(self._storage, nonterminal)
+        self._bindings.prune()
+        self._queue.checkpoint_native(native)
+
+    async def _rearm_failure(self, observed: _Observed) -> AlarmDecision:
+        """Back off the failed generation only and decide the alarm; see the module docstring."""
+        await self._fp.reached(RETRY_BEFORE)
+        now = self._clock.now_ms()
+        with self._gate.snapshot() as active:
+
+            def rearm() -> AlarmDecision:
+                gen = observed.generation
+                if gen is not None and observed.actionable:
+                    current = generation.read_state(self._storage)
+                    previous = current.retry if (
+                        current.retry is not None and current.retry.generation == gen) else None
+                    stalls = 0 if previous is None else previous.stalls
+                    not_before = max(0 if previous is None else previous.not_before,
+                                     now + backoff_ms(stalls, self._config, self._rng))
+                    generation.set_retry(
+                        self._storage, NativeRetry(gen, not_before, True, stalls + 1))
+                    # A producer that raced the failed observation is never postponed.
+                    raced = active > 0 or current.dirty != gen
+                    self._queue.checkpoint_native(
+                        now + self._alarm.min_delay_ms if raced else not_before)
+                return self._alarm.decide(now)
+
+            decision = self._storage.transaction(rearm)
+        await self._fp.reached(RETRY_AFTER)
+        return decision
+
+    def _keep(self, report: PassReport) -> None:
+        try:
+            self.reports.keep(report)
+        except ThreadlineError as exc:
+            self._log(f"threadline: could not store a pass report ({type(exc).__name__})")
+
+
+__all__ = ["Maintenance", "MaintenanceParts"]

@@ -27,7 +27,13 @@ from threadline.config import RuntimeConfig
 from threadline.errors import SchedulingError
 from threadline.scheduling import state
 from threadline.scheduling.alarm import AlarmService
-from threadline.scheduling.due_queue import NATIVE, PUBLICATION, DueQueue, validate_lane_id
+from threadline.scheduling.due_queue import (
+    NATIVE,
+    PUBLICATION,
+    RECOVERY_EVENTS,
+    DueQueue,
+    validate_lane_id,
+)
 from threadline.scheduling.failpoints import Failpoints
 from threadline.storage.port import Storage
 
@@ -38,6 +44,10 @@ T = TypeVar("T")
 _current_lanes: ContextVar[frozenset[str]] = ContextVar(
     "threadline_mutation_lanes", default=frozenset()
 )
+# True inside the maintenance pass's own native work (its recoveries and Attempts): the pass
+# certifies those source changes itself after its Attempts join, so they must not advance the
+# generation it is about to acknowledge (each pass would otherwise cost one more pass).
+_native_source: ContextVar[bool] = ContextVar("threadline_native_source", default=False)
 
 
 class MutationGate:
@@ -55,7 +65,12 @@ class MutationGate:
         due_queue: DueQueue,
         alarm: AlarmService,
         failpoints: Failpoints,
+        *,
+        publication_required: bool = False,
     ) -> None:
+        #: Whether some destination requires publication before dependent native work. While
+        #: it is False nothing drains the publication lane, so it is never enrolled.
+        self.publication_required = publication_required
         self._storage = storage
         self._clock = clock
         self._config = config
@@ -65,6 +80,7 @@ class MutationGate:
         self._active = 0
         self._lanes: Counter[str] = Counter()
         self._revision = 0
+        self._generations = 0
         self._waiters: list[asyncio.Future[None]] = []
 
     # -- producers -------------------------------------------------------------------------
@@ -164,6 +180,7 @@ class MutationGate:
                 if lane_id == PUBLICATION:
                     self._queue.enroll(NATIVE, due_at, progress=True)
                 state.bump_dirty(self._storage, clear_retry=True)
+                self._generations += 1
             self._alarm.ensure_due(self._clock.now_ms())
 
         self._storage.transaction(enroll)
@@ -174,30 +191,41 @@ class MutationGate:
 
         Also covers the lanes of the enclosing :meth:`mutate` / :meth:`mutation`. Progress
         makes the lanes due now and replenishes their retry budget; native progress advances
-        the generation. Raises :class:`SchedulingError` outside a transaction, where the
-        progress could commit without its fact (or the fact without its alarm).
+        the generation, except inside :meth:`native_source` (the pass certifies its own
+        work). Publication is enrolled only while ``publication_required``. Raises
+        :class:`SchedulingError` outside a transaction, where the progress could commit
+        without its fact (or the fact without its alarm).
         """
         if not self._storage.in_transaction():
             raise SchedulingError("record_progress() must run inside the source transaction")
         affected = set(self._lane_set(lanes, False)) | _current_lanes.get()
         if PUBLICATION in affected:
-            affected.add(NATIVE)
+            if self.publication_required:
+                affected.add(NATIVE)
+            else:
+                affected.discard(PUBLICATION)
         if not affected:
             return
         now = self._clock.now_ms()
         for lane_id in sorted(affected):
             self._queue.enroll(lane_id, now, progress=True)
         if NATIVE in affected:
-            state.bump_dirty(self._storage, clear_retry=True)
+            if _native_source.get():
+                state.clear_retry(self._storage)
+            else:
+                state.bump_dirty(self._storage, clear_retry=True)
+                self._generations += 1
         self._alarm.ensure_due(now)
         self._notify()
 
     def ensure_alarm(self) -> None:
-        """At start-up: make sure dirty native work and enrolled lanes have an alarm.
+        """At start-up: make sure dirty native work, undelivered recovery events and enrolled
+        lanes have an alarm. Reads O(1) rows: never the ledger.
 
-        A dirty generation whose native lane is idle (a new object, or one evicted before its
-        first pass) gets the native lane enrolled: at the pending retry if there is one, else
-        now. Then the slot is ensured from the queue. Running it again changes nothing.
+        A dirty generation gets the native lane due at its pending retry's ``not_before`` if
+        there is one (a failing generation keeps its backoff across restarts), else no later
+        than now. Recovery events appended and not yet acknowledged get their lane enrolled if
+        it is idle. Then the slot is ensured from the queue. Running it again changes nothing.
         """
         now = self._clock.now_ms()
 
@@ -206,14 +234,38 @@ class MutationGate:
             self._queue.register(NATIVE)
             current = state.read_state(self._storage)
             native = self._queue.get(NATIVE)
-            if current.dirty > current.processed and native is not None and native.due_at is None:
+            if current.dirty > current.processed and native is not None:
                 retry = current.pending_retry
-                self._queue.checkpoint_native(now if retry is None else retry.not_before)
+                if retry is not None:
+                    if native.due_at != retry.not_before:
+                        self._queue.checkpoint_native(retry.not_before)
+                elif native.due_at is None:
+                    self._queue.checkpoint_native(now)
+            if current.recovery_events_pending:
+                events = self._queue.get(RECOVERY_EVENTS)
+                if events is None or events.due_at is None:
+                    self._queue.enroll(RECOVERY_EVENTS, now)
             self._alarm.ensure_due(now)
 
         self._failpoints.hit("maintenance:ensure:before")
         self._storage.transaction(ensure)
         self._failpoints.hit("maintenance:ensure:after")
+
+    @contextmanager
+    def native_source(self) -> Iterator[None]:
+        """Mark the enclosed code as the maintenance pass's own native work.
+
+        Inside it, native progress still enrolls the native lane and arms the alarm, but does
+        not advance ``dirty``: the pass acknowledges what its Attempts did after they join, and
+        a producer outside the pass (another task) still advances the generation and so fences
+        that acknowledgement. Tasks created inside inherit the mark; usable around awaits.
+        """
+        token = _native_source.set(True)
+        try:
+            yield
+        finally:
+            with suppress(ValueError):
+                _native_source.reset(token)
 
     # -- observers for the pass ------------------------------------------------------------
 
@@ -225,6 +277,16 @@ class MutationGate:
     def active(self) -> int:
         """How many :meth:`mutation` bodies are in flight."""
         return self._active
+
+    @property
+    def generations(self) -> int:
+        """In-memory count of generation advances made through this gate (a hint).
+
+        A running pass compares it to notice, without a storage read, that a producer outside
+        the pass may have created native work; the durable ``dirty`` stays the authority. A
+        rolled-back transaction may have counted one: a spurious hint only costs a rescan.
+        """
+        return self._generations
 
     @property
     def revision(self) -> int:
@@ -254,6 +316,8 @@ class MutationGate:
         if isinstance(lanes, str):
             raise SchedulingError("lanes must be an iterable of lane ids, not one string")
         chosen = {validate_lane_id(lane) for lane in lanes}
+        if not self.publication_required:
+            chosen.discard(PUBLICATION)
         if invalidates_recovery:
             chosen.add(NATIVE)
         return frozenset(chosen)
@@ -265,8 +329,9 @@ class MutationGate:
         # Enrollment is a crash fallback, not evidence that the body committed anything.
         for lane_id in sorted(enrolled):
             self._queue.enroll(lane_id, now)
-        if invalidates_recovery:
+        if invalidates_recovery and not _native_source.get():
             state.bump_dirty(self._storage)
+            self._generations += 1
         self._alarm.ensure_due(now)
 
     def _release(self, held: set[str], *, keep: frozenset[str] = frozenset()) -> None:

@@ -38,7 +38,7 @@ WHERE id = 1
 _ACKNOWLEDGE = """
 UPDATE tl_maintenance SET processed = ? WHERE id = 1 AND processed < ? AND dirty >= ?
 """
-_SET_NONTERMINAL = "UPDATE tl_maintenance SET nonterminal = ? WHERE id = 1"
+_SET_NONTERMINAL = "UPDATE tl_maintenance SET nonterminal = ? WHERE id = 1 AND nonterminal <> ?"
 _SET_RETRY = """
 UPDATE tl_maintenance SET retry_generation = ?, retry_not_before = ?, retry_native_only = ?,
     retry_stalls = ?
@@ -47,12 +47,21 @@ WHERE id = 1
 _CLEAR_RETRY = """
 UPDATE tl_maintenance SET retry_generation = NULL, retry_not_before = NULL,
     retry_native_only = NULL, retry_stalls = NULL
-WHERE id = 1
+WHERE id = 1 AND retry_generation IS NOT NULL
 """
 _SET_CURSOR = {
-    "last_served_thread": "UPDATE tl_maintenance SET last_served_thread = ? WHERE id = 1",
-    "last_recovered_thread": "UPDATE tl_maintenance SET last_recovered_thread = ? WHERE id = 1",
-    "last_after_native_lane": "UPDATE tl_maintenance SET last_after_native_lane = ? WHERE id = 1",
+    "last_served_thread": (
+        "UPDATE tl_maintenance SET last_served_thread = ?"
+        " WHERE id = 1 AND last_served_thread IS NOT ?"
+    ),
+    "last_recovered_thread": (
+        "UPDATE tl_maintenance SET last_recovered_thread = ?"
+        " WHERE id = 1 AND last_recovered_thread IS NOT ?"
+    ),
+    "last_after_native_lane": (
+        "UPDATE tl_maintenance SET last_after_native_lane = ?"
+        " WHERE id = 1 AND last_after_native_lane IS NOT ?"
+    ),
 }
 _SET_REGISTRY_KEY = """
 UPDATE tl_maintenance SET binding_registry_key = ?
@@ -106,12 +115,15 @@ class MaintenanceState:
     def caught_up(self, native: Lane | None, now: int) -> bool:
         """The O(1) check at the start of a pass: no native work is owed at ``now``.
 
-        True when the generation is processed, no native retry is pending for it, and the
-        native lane is not due at ``now`` (a timer or lease deadline scheduled on the native
-        lane is owed work even when the generation is processed).
+        True when the generation is processed, or its native retry is still in the future
+        (a pass fired for another lane must not re-run a failing generation before its
+        backoff), and the native lane is not due at ``now`` (a timer or lease deadline
+        scheduled on the native lane is owed work even when the generation is processed).
         """
-        if self.processed < self.dirty or self.pending_retry is not None:
-            return False
+        if self.processed < self.dirty:
+            retry = self.pending_retry
+            if retry is None or retry.not_before <= now:
+                return False
         return native is None or native.due_at is None or native.due_at > now
 
 
@@ -166,8 +178,8 @@ def acknowledge(storage: Storage, generation: int) -> bool:
 
 
 def set_nonterminal(storage: Storage, count: int) -> None:
-    """Record how many submissions the last pass left nonterminal."""
-    storage.exec(_SET_NONTERMINAL, int(count))
+    """Record how many submissions the last pass left nonterminal (no write when unchanged)."""
+    storage.exec(_SET_NONTERMINAL, int(count), int(count))
 
 
 def set_retry(storage: Storage, retry: NativeRetry) -> None:
@@ -179,7 +191,7 @@ def set_retry(storage: Storage, retry: NativeRetry) -> None:
 
 
 def clear_retry(storage: Storage) -> None:
-    """Drop the native retry record."""
+    """Drop the native retry record (no write when there is none)."""
     storage.exec(_CLEAR_RETRY)
 
 
@@ -189,7 +201,7 @@ def set_cursor(storage: Storage, name: str, value: str | None) -> None:
     statement = _SET_CURSOR.get(name)
     if statement is None:
         raise SchedulingError(f"unknown maintenance cursor {name!r}")
-    storage.exec(statement, value)
+    storage.exec(statement, value, value)
 
 
 def set_binding_registry_key(storage: Storage, key: str) -> bool:

@@ -167,8 +167,70 @@ _THREADS = (
     "CREATE INDEX tl_messages_pending ON tl_messages (next_attempt_at) WHERE state = 'pending'",
 )
 
+_RECOVERY = (
+    # One row per Thread whose recovery is blocked; a successful recovery deletes it.
+    """CREATE TABLE tl_recovery_faults (
+        thread_id TEXT PRIMARY KEY NOT NULL,
+        first_failed_at INTEGER NOT NULL,
+        last_failed_at INTEGER NOT NULL CHECK (last_failed_at >= first_failed_at),
+        attempts INTEGER NOT NULL CHECK (attempts BETWEEN 1 AND 2147483647),
+        retry_at INTEGER NOT NULL,
+        failure TEXT NOT NULL,
+        error_type TEXT NOT NULL
+    ) WITHOUT ROWID""",
+    "CREATE INDEX tl_recovery_faults_retry ON tl_recovery_faults (retry_at)",
+    # The submissions a fault was reported to, kept until the fault clears even if they settle.
+    """CREATE TABLE tl_recovery_recipients (
+        thread_id TEXT NOT NULL REFERENCES tl_recovery_faults (thread_id),
+        submission_id TEXT NOT NULL,
+        position INTEGER NOT NULL CHECK (position >= 0),
+        PRIMARY KEY (thread_id, submission_id),
+        UNIQUE (thread_id, position)
+    ) WITHOUT ROWID""",
+    # Appended events awaiting acknowledgement (seq <= tl_maintenance.recovery_event_seq).
+    """CREATE TABLE tl_recovery_events (
+        seq INTEGER PRIMARY KEY CHECK (seq >= 1),
+        kind TEXT NOT NULL CHECK (kind IN ('created', 'changed', 'cleared', 'parked')),
+        thread_id TEXT NOT NULL,
+        submission_id TEXT,
+        body_json TEXT NOT NULL,
+        at INTEGER NOT NULL
+    )""",
+    # Heads parked because this deployment does not register their agent. A row exists only
+    # once its parking was reported (logged, and a `parked` event appended with it).
+    """CREATE TABLE tl_binding_waits (
+        submission_id TEXT PRIMARY KEY NOT NULL,
+        thread_id TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        parked_at INTEGER NOT NULL
+    ) WITHOUT ROWID""",
+    "CREATE INDEX tl_binding_waits_thread ON tl_binding_waits (thread_id)",
+)
+
+_PASS_REPORTS = (
+    # The last actionable or failed maintenance passes (caught-up ones stay in memory).
+    """CREATE TABLE tl_pass_reports (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        started_at INTEGER NOT NULL,
+        phase TEXT NOT NULL CHECK (phase IN ('caught-up', 'actionable', 'failed')),
+        recovered INTEGER NOT NULL CHECK (recovered >= 0),
+        settled INTEGER NOT NULL CHECK (settled >= 0),
+        dispatched INTEGER NOT NULL CHECK (dispatched >= 0),
+        nonterminal INTEGER NOT NULL CHECK (nonterminal >= 0),
+        alarm TEXT CHECK (alarm IS NULL OR alarm IN ('rearmed', 'cleared')),
+        alarm_at INTEGER,
+        rows_read INTEGER NOT NULL CHECK (rows_read >= 0),
+        rows_written INTEGER NOT NULL CHECK (rows_written >= 0),
+        statements INTEGER NOT NULL CHECK (statements >= 0),
+        duration_ms INTEGER NOT NULL CHECK (duration_ms >= 0),
+        failure_type TEXT,
+        failure_message TEXT,
+        CHECK ((phase = 'failed') = (failure_type IS NOT NULL))
+    )""",
+)
+
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
-MIGRATIONS: list[tuple[str, ...]] = [_SCHEDULING, _THREADS]
+MIGRATIONS: list[tuple[str, ...]] = [_SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS]
 
 SCHEMA_VERSION = len(MIGRATIONS)
 

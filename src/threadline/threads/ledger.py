@@ -38,12 +38,12 @@ from threadline.threads.ports import NATIVE, PUBLICATION, MutationGate, commit_f
 # Both scans name exactly the predicate of the partial index tl_submissions_open, so their
 # cost follows open work, however much settled history the object holds.
 _SCAN_OPEN = (
-    "SELECT id, thread_id, seq, agent, state, revision, attempts, not_before, lease_expires_at"
-    " FROM tl_submissions WHERE state <> 'settled' ORDER BY thread_id, seq"
+    "SELECT id, thread_id, seq, agent, state, revision, attempts, not_before, lease_expires_at,"
+    " lease_owner FROM tl_submissions WHERE state <> 'settled' ORDER BY thread_id, seq"
 )
 _THREAD_OPEN = (
-    "SELECT id, thread_id, seq, agent, state, revision, attempts, not_before, lease_expires_at"
-    " FROM tl_submissions WHERE state <> 'settled' AND thread_id = ? ORDER BY seq"
+    "SELECT id, thread_id, seq, agent, state, revision, attempts, not_before, lease_expires_at,"
+    " lease_owner FROM tl_submissions WHERE state <> 'settled' AND thread_id = ? ORDER BY seq"
 )
 _BY_ID = "SELECT * FROM tl_submissions WHERE id = ?"
 _BY_KEY = "SELECT * FROM tl_submissions WHERE thread_id = ? AND idempotency_key = ?"
@@ -104,6 +104,7 @@ def work_item(row: Row) -> WorkItem:
         attempts=int(row["attempts"]),
         not_before=row["not_before"],
         lease_expires_at=row["lease_expires_at"],
+        lease_owner=row["lease_owner"],
     )
 
 

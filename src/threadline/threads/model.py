@@ -128,6 +128,8 @@ class WorkItem:
     attempts: int
     not_before: int | None
     lease_expires_at: int | None
+    #: Who holds the claim of a running submission (see ``runtime.lease_owner``).
+    lease_owner: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

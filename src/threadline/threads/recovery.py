@@ -2,7 +2,10 @@
 
 ``run(thread)`` looks at the Thread's open submissions and decides, per submission:
 
-* a running submission whose lease expired
+* a running submission whose claim was lost: one stamped by another incarnation, or by this
+  one for a Thread it is not running any more (its task ended without settling), is lost at
+  once; an unstamped claim is lost when its lease expired. A Thread whose Attempt this
+  incarnation is running is never touched.
   - with an accepted abort intent: settle it ``aborted``;
   - with an ``uncertain`` step started and never finished: make it an Unknown Outcome (the
     step may have acted; only an operator may say whether to retry it);
@@ -14,8 +17,10 @@
 An Attempt that ended but whose end storage refused (twice) leaves its claim running; the
 runtime hands its cause to :meth:`Recovery.hold`. Recovery then ends that claim on its next
 sweep, without waiting for the lease, and records that cause instead of ``LeaseExpired`` (a
-non-retryable cause settles it ``failed`` at once). What is held lives in memory only: after an
-eviction the claim is found by its lease and reported as lost.
+non-retryable cause settles it ``failed`` at once). A held end is applied even to an unstamped
+claim whose lease has not expired. What is held lives in memory only: after an eviction the
+next incarnation finds the claim stamped by another incarnation, treats it as lost at once and
+records ``LeaseExpired``.
 
 Each decision is one gate transaction, and a compare-and-set on the submission's revision, so a
 recovery that runs twice (or races an Attempt) changes each submission at most once. A storage
@@ -25,6 +30,7 @@ pass records it as a recovery fault and carries on with other Threads.
 
 from __future__ import annotations
 
+from collections.abc import Set
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -118,9 +124,18 @@ class _Stale(Exception):
 class Recovery:
     """Recovery decisions over one object's ledger."""
 
-    def __init__(self, ledger: Ledger) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        incarnation: str | None = None,
+        active: Set[str] = frozenset(),
+    ) -> None:
         # Recovery writes the ledger's own tables through the ledger's gate, clock and ids.
         self.ledger = ledger
+        self.incarnation = incarnation
+        # A live view of the Threads whose Attempt this incarnation runs.
+        self.active = active
         self.storage: Storage = ledger.storage
         self.gate: MutationGate = ledger.gate
         self.clock: Clock = ledger.clock
@@ -145,6 +160,8 @@ class Recovery:
     def run(self, thread_id: str) -> RecoverySweepResult:
         """Recover one Thread; see the module docstring for the decisions."""
         reports: list[RecoveryReport] = []
+        if thread_id in self.active:
+            return RecoverySweepResult()
         try:
             for item in self.ledger.thread_open(thread_id):
                 report = self._recover(item)
@@ -163,8 +180,7 @@ class Recovery:
             held = None  # that claim was ended by someone else
         try:
             if item.state is SubmissionState.RUNNING:
-                expired = item.lease_expires_at is not None and item.lease_expires_at <= now
-                if held is None and not expired:
+                if held is None and not self._claim_lost(item, now):
                     return None
                 try:
                     return self._expired(item, held)
@@ -180,6 +196,18 @@ class Recovery:
         except _Stale:
             return None
         return None
+
+    def _claim_lost(self, item: WorkItem, now: int) -> bool:
+        """Whether the claim of a running submission can no longer be in flight.
+
+        Called only for a Thread this incarnation is not running. A stamped claim is then
+        lost whoever made it; only an unstamped one (no incarnation to tell) waits for its
+        lease to expire.
+        """
+        owner = item.lease_owner
+        if self.incarnation is not None and owner is not None and "/" in owner:
+            return True
+        return item.lease_expires_at is not None and item.lease_expires_at <= now
 
     def _expired(self, item: WorkItem, held: UnwrittenEnd | None) -> RecoveryReport:
         """End a lost claim, or one whose Attempt ended with ``held`` unrecorded."""

@@ -18,8 +18,14 @@ ways, each one compare-and-set on the claimed revision:
 * it observed an accepted abort, or one was accepted before it ended: settle ``aborted``;
 * the pass's yield deadline passed at a step boundary: ready again, the attempt refunded.
 
-If the object is lost mid-Attempt none of that happens; recovery decides later from the lease,
+If the object is lost mid-Attempt none of that happens; recovery decides later from the claim,
 the journal and the abort intent (:mod:`threadline.threads.recovery`).
+
+Each claim is stamped with this runtime's incarnation id (``<incarnation>/<lease id>`` in
+``lease_owner``), and the runtime keeps the Threads whose Attempt it is running in memory. A
+Durable Object runs one incarnation at a time, so recovery can tell a claim that is really in
+flight (this incarnation, Thread active) from one that was lost (any other claim) without
+waiting for its lease to expire.
 
 Storage failures. Before a claim is taken, a storage failure propagates: nothing is held and
 the caller records the fault. Once a claim is held, none escapes ``process_thread_head``: the
@@ -28,17 +34,18 @@ more. A refused result falls back to failing the Attempt with the refusal as its
 when the value is too large); a refused error envelope (small, its message cut) or a refused
 release, suspension or Unknown Outcome is written again as it was. If storage refuses that as
 well, nothing is written and ``process_thread_head`` returns None: the claim stays running and
-the cause is held in memory (:meth:`Recovery.hold`); the next recovery sweep of the Thread ends
-the claim with that cause, without waiting for its lease (``failed`` at once when the cause is
-final, else ready again after the backoff). The held cause lives as long as this incarnation:
-after an eviction the lease expires and the Attempt is reported lost (``LeaseExpired``).
+the cause is held in memory (:meth:`Recovery.hold`). The Thread is no longer active, so the
+next recovery sweep of the Thread ends the claim at once, with that cause (``failed`` at once
+when the cause is final, else ready again after the backoff). The held cause lives as long as
+this incarnation: after an eviction the next incarnation finds the claim stamped by another
+one and reports the Attempt lost (``LeaseExpired``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Set
 from typing import Any, TypeVar
 
 from threadline.clock import Clock
@@ -109,7 +116,13 @@ class ThreadRuntime:
         clock: Clock,
         rng: random.Random,
         ids: IdSource,
+        incarnation: str | None = None,
     ) -> None:
+        #: Names this runtime's claims; a fresh id per object incarnation.
+        self.incarnation = incarnation if incarnation is not None else ids.new_id("inc")
+        if "/" in self.incarnation:
+            raise ValueError("an incarnation id must not contain '/'")
+        self._active: set[str] = set()
         self.storage = storage
         self.registry = registry
         self.gate = gate
@@ -119,7 +132,7 @@ class ThreadRuntime:
         self.rng = rng
         self.ids = ids
         self.ledger = Ledger(storage, gate, clock=clock, ids=ids, config=config)
-        self.recovery = Recovery(self.ledger)
+        self.recovery = Recovery(self.ledger, incarnation=self.incarnation, active=self._active)
         # Agents that ignored a cancellation; referenced so they are not collected mid-run.
         self._abandoned: set[asyncio.Future[Any]] = set()
 
@@ -128,8 +141,17 @@ class ThreadRuntime:
         """Stable hash of the agents this deployment registers (names and versions)."""
         return binding_registry_key(self.registry)
 
+    @property
+    def active_threads(self) -> Set[str]:
+        """Threads whose Attempt this incarnation is running right now (a live view)."""
+        return self._active
+
     def run_recovery(self, thread_id: str) -> RecoverySweepResult:
-        """Recover one Thread after lost Attempts; see :mod:`threadline.threads.recovery`."""
+        """Recover one Thread after lost Attempts; see :mod:`threadline.threads.recovery`.
+
+        A Thread whose Attempt this incarnation is running is left untouched, whatever its
+        lease says: a long model call must not get a second, concurrent Attempt.
+        """
         return self.recovery.run(thread_id)
 
     def head(self, thread_id: str) -> WorkItem | None:
@@ -148,11 +170,24 @@ class ThreadRuntime:
         Returns None without writing when there is nothing to run now: the head is waiting,
         backing off, already running, or ``yield_after`` (epoch ms) has passed. An agent this
         deployment does not register raises :class:`~threadline.errors.BindingUnavailable`
-        before anything is claimed, so the submission stays exactly as it was.
+        before anything is claimed, so the submission stays exactly as it was. While it runs,
+        the Thread is in :attr:`active_threads`; a second call for the same Thread meanwhile
+        returns None.
         """
         now = self.clock.now_ms()
         if yield_after is not None and now >= yield_after:
             return None
+        if thread_id in self._active:
+            return None
+        self._active.add(thread_id)
+        try:
+            return await self._process_head(thread_id, now, yield_after)
+        finally:
+            self._active.discard(thread_id)
+
+    async def _process_head(
+        self, thread_id: str, now: int, yield_after: int | None
+    ) -> Settlement | None:
         items = self.ledger.thread_open(thread_id)
         # One active head per Thread; an expired lease is recovery's to decide, not ours.
         if any(item.state is SubmissionState.RUNNING for item in items):
@@ -184,7 +219,7 @@ class ThreadRuntime:
 
     def _claim(self, head: WorkItem) -> Claim | None:
         now = self.clock.now_ms()
-        lease_owner = self.ids.new_id("lease")
+        lease_owner = lease_owner_of(self.incarnation, self.ids.new_id("lease"))
         deadline = now + self.config.lease_ms
 
         def write() -> Claim | None:
@@ -519,6 +554,11 @@ def _final(refused: StorageError) -> BaseException:
     return refused
 
 
+def lease_owner_of(incarnation: str, lease_id: str) -> str:
+    """The ``lease_owner`` stamp of a claim: the incarnation that made it, and the lease."""
+    return f"{incarnation}/{lease_id}"
+
+
 def _head_of(items: list[WorkItem]) -> WorkItem | None:
     for item in items:
         if item.state not in (SubmissionState.UNKNOWN, SubmissionState.JOINED):
@@ -532,4 +572,5 @@ __all__ = [
     "SETTLE_AFTER",
     "SETTLE_BEFORE",
     "ThreadRuntime",
+    "lease_owner_of",
 ]

@@ -20,6 +20,8 @@ _OPEN_OF = (
     "SELECT id, submission_id, kind, wait_key, state, payload_json, decision_json, wake_at"
     " FROM tl_waits WHERE submission_id = ? AND state = 'open'"
 )
+# Control columns only: classifying a suspension never decodes a payload or a decision.
+_OPEN_KINDS_OF = "SELECT kind, wake_at FROM tl_waits WHERE submission_id = ? AND state = 'open'"
 _INSERT = (
     "INSERT INTO tl_waits (id, submission_id, kind, wait_key, state, payload_json, wake_at,"
     " created_at) VALUES (?, ?, ?, ?, 'open', ?, ?, ?)"
@@ -74,6 +76,14 @@ def open_waits(storage: Storage, submission_id: str) -> list[Wait]:
     return [_wait(row) for row in storage.exec(_OPEN_OF, submission_id)]
 
 
+def open_wait_deadlines(storage: Storage, submission_id: str) -> list[tuple[str, int | None]]:
+    """``(kind, wake_at)`` of every open wait of the submission, decoding nothing else."""
+    return [
+        (str(row["kind"]), None if row["wake_at"] is None else int(row["wake_at"]))
+        for row in storage.exec(_OPEN_KINDS_OF, submission_id)
+    ]
+
+
 def open_wait(
     storage: Storage,
     wait_id: str,
@@ -102,4 +112,12 @@ def cancel_open(storage: Storage, submission_id: str, *, now: int) -> int:
     return storage.exec(_CANCEL_OPEN, now, submission_id).changed
 
 
-__all__ = ["Wait", "cancel_open", "find", "open_wait", "open_waits", "resolve"]
+__all__ = [
+    "Wait",
+    "cancel_open",
+    "find",
+    "open_wait",
+    "open_wait_deadlines",
+    "open_waits",
+    "resolve",
+]

@@ -149,9 +149,23 @@ def test_record_progress_inside_mutate_replenishes_its_lanes(
     assert lane is not None and (lane.stalls, lane.due_at, lane.not_before) == (0, now, 0)
 
 
-def test_record_progress_on_publication_dirties_native(
+def test_record_progress_without_required_publication_enrolls_no_publication_lane(
     sched: Scheduler, storage: SqliteStorage
 ) -> None:
+    # Nothing drains the publication lane unless a destination requires publication: enrolling
+    # it would defer every Thread behind a lane nobody serves.
+    assert not sched.gate.publication_required
+    before = read_state(storage).dirty
+    storage.transaction(lambda: sched.gate.record_progress([PUBLICATION]))
+    sched.gate.mutate(lambda: None, lanes=[PUBLICATION], invalidates_recovery=False)
+    assert sched.due_queue.get(PUBLICATION) is None
+    assert read_state(storage).dirty == before
+
+
+def test_record_progress_on_required_publication_dirties_native(
+    sched: Scheduler, storage: SqliteStorage
+) -> None:
+    sched.gate.publication_required = True
     before = read_state(storage).dirty
     storage.transaction(lambda: sched.gate.record_progress([PUBLICATION]))
     assert read_state(storage).dirty == before + 1
@@ -367,6 +381,40 @@ def test_ensure_alarm_leaves_a_clean_object_without_an_alarm(
     assert storage.known_alarm() is None
 
 
+def test_native_source_progress_does_not_dirty_the_generation(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock
+) -> None:
+    # The pass certifies its own settlements; only outside producers advance the generation.
+    before = read_state(storage).dirty
+    hint = sched.gate.generations
+    with sched.gate.native_source():
+        storage.transaction(lambda: sched.gate.record_progress([NATIVE]))
+        sched.gate.mutate(lambda: None)
+    assert read_state(storage).dirty == before
+    assert sched.gate.generations == hint
+    native = sched.due_queue.get(NATIVE)
+    assert native is not None and native.due_at == clock.now_ms()
+    storage.transaction(lambda: sched.gate.record_progress([NATIVE]))
+    assert read_state(storage).dirty == before + 1
+    assert sched.gate.generations == hint + 1
+
+
+def test_native_source_is_not_seen_by_another_task(
+    sched: Scheduler, storage: SqliteStorage
+) -> None:
+    async def body() -> None:
+        async def producer() -> None:
+            storage.transaction(lambda: sched.gate.record_progress([NATIVE]))
+
+        before = read_state(storage).dirty
+        task = asyncio.get_running_loop().create_task(producer())
+        with sched.gate.native_source():
+            await task
+        assert read_state(storage).dirty == before + 1
+
+    asyncio.run(body())
+
+
 def test_ensure_alarm_keeps_a_pending_native_retry(
     sched: Scheduler, storage: SqliteStorage, clock: ManualClock
 ) -> None:
@@ -408,6 +456,8 @@ async def test_each_change_wakes_the_waiters_of_the_revision_before_it(
 async def test_a_lane_stays_active_while_any_mutation_enrolling_it_is_in_flight(
     sched: Scheduler,
 ) -> None:
+    # Publication is enrolled only while some destination requires it.
+    sched.gate.publication_required = True
     lanes = [HOST, "b.lane", "c.lane", "d.lane", PUBLICATION]
     finished = sched.failpoints.block_at("maintenance:mutation:finished")
     release_second = asyncio.Event()
@@ -441,6 +491,7 @@ async def test_a_lane_stays_active_while_any_mutation_enrolling_it_is_in_flight(
 async def test_after_its_body_commits_a_mutation_holds_only_native_and_publication(
     sched: Scheduler,
 ) -> None:
+    sched.gate.publication_required = True
     lanes = [PUBLICATION, HOST, "b.lane", "c.lane", "d.lane", "e.lane"]
     finished = sched.failpoints.block_at("maintenance:mutation:finished")
 
@@ -454,3 +505,33 @@ async def test_after_its_body_commits_a_mutation_holds_only_native_and_publicati
     finished.release()
     await asyncio.wait_for(task, 1)
     assert sched.gate.active_lanes() == frozenset()
+
+
+def test_ensure_alarm_keeps_a_forced_native_retry_past_a_checkpoint(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock
+) -> None:
+    from threadline.scheduling import NativeRetry
+    from threadline.scheduling import state as st
+
+    now = clock.now_ms()
+    dirty = read_state(storage).dirty
+    st.set_retry(storage, NativeRetry(dirty, now + 40_000, True, 3))
+    sched.due_queue.checkpoint_native(now)
+    sched.gate.ensure_alarm()
+    native = sched.due_queue.get(NATIVE)
+    assert native is not None and native.due_at == now + 40_000
+    assert storage.known_alarm() == now + 40_000
+
+
+def test_ensure_alarm_enrolls_undelivered_recovery_events(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock
+) -> None:
+    from threadline.scheduling import RECOVERY_EVENTS
+    from threadline.scheduling import state as st
+
+    st.acknowledge(storage, read_state(storage).dirty)
+    storage.transaction(lambda: st.append_recovery_events(storage, 2))
+    sched.gate.ensure_alarm()
+    lane = sched.due_queue.get(RECOVERY_EVENTS)
+    assert lane is not None and lane.due_at == clock.now_ms()
+    assert storage.known_alarm() == clock.now_ms() + sched.config.min_alarm_delay_ms

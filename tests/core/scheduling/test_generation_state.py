@@ -96,6 +96,21 @@ def test_caught_up_is_one_row_plus_the_native_lane(
     assert read_state(storage).caught_up(native, now)
     assert not read_state(storage).caught_up(native, now + 10)
     st.set_retry(storage, NativeRetry(state.dirty, now + 10, True, 1))
-    assert not read_state(storage).caught_up(None, now)
+    assert read_state(storage).caught_up(None, now)  # processed: a retry changes nothing
+
+
+def test_caught_up_while_a_native_retry_is_in_the_future(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock
+) -> None:
+    # A pass fired for another lane must not re-run a failing generation before its backoff.
+    now = clock.now_ms()
+    state = read_state(storage)
+    st.set_retry(storage, NativeRetry(state.dirty, now + 10, True, 1))
+    sched.due_queue.checkpoint_native(now + 10)
+    native = sched.due_queue.get(NATIVE)
+    assert read_state(storage).caught_up(native, now)
+    assert read_state(storage).caught_up(native, now + 9)
+    assert not read_state(storage).caught_up(native, now + 10)
+    assert not read_state(storage).caught_up(None, now + 10)
     st.bump_dirty(storage)
     assert read_state(storage).pending_retry is None

@@ -4,11 +4,11 @@ from collections.abc import Callable
 
 import pytest
 
-from core.threads.thread_harness import Effects, Harness, SettlementLog
 from threadline.app import Application
 from threadline.clock import ManualClock
 from threadline.config import RuntimeConfig
 from threadline.storage import SqliteStorage
+from threadline.testing import Effects, SettlementLog, ThreadHarness
 
 
 @pytest.fixture
@@ -19,11 +19,11 @@ def effects() -> Effects:
 @pytest.fixture
 def make_harness(
     storage: SqliteStorage, clock: ManualClock
-) -> Callable[[Callable[[RuntimeConfig], Application]], Harness]:
+) -> Callable[[Callable[[RuntimeConfig], Application]], ThreadHarness]:
     def make(build: Callable[[RuntimeConfig], Application],
-             config: RuntimeConfig | None = None) -> Harness:
+             config: RuntimeConfig | None = None) -> ThreadHarness:
         chosen = config if config is not None else RuntimeConfig()
-        return Harness(storage, clock, lambda: build(chosen))
+        return ThreadHarness(storage, clock, lambda: build(chosen))
 
     return make
 

@@ -14,21 +14,21 @@ from typing import Any
 
 import pytest
 
-from core.threads.thread_harness import Effects, Harness, SettlementLog
 from threadline.app import Application
 from threadline.config import RuntimeConfig
 from threadline.errors import Evicted
+from threadline.testing import Effects, SettlementLog, ThreadHarness
 from threadline.threads.model import AbortState, Outcome, SubmissionState
 from threadline.threads.recovery import Disposition, RecoveryDecision
 from threadline.threads.turn import Turn
 
-MakeHarness = Callable[..., Harness]
+MakeHarness = Callable[..., ThreadHarness]
 
 
 def test_an_abort_accepted_during_the_last_step_wins_over_a_normal_return(
     make_harness: MakeHarness, settlements: SettlementLog, effects: Effects
 ) -> None:
-    holder: dict[str, Harness] = {}
+    holder: dict[str, ThreadHarness] = {}
 
     def build(config: RuntimeConfig) -> Application:
         app = Application(config)

@@ -15,15 +15,15 @@ from typing import Any
 
 import pytest
 
-from core.threads.thread_harness import Harness, SettlementLog
 from threadline.app import Application
 from threadline.config import RuntimeConfig
 from threadline.errors import NonRetryable
+from threadline.testing import SettlementLog, ThreadHarness
 from threadline.threads import transitions
 from threadline.threads.model import Outcome, SubmissionState
 from threadline.threads.turn import Turn
 
-MakeHarness = Callable[..., Harness]
+MakeHarness = Callable[..., ThreadHarness]
 
 
 def build(config: RuntimeConfig) -> Application:
@@ -44,7 +44,7 @@ def build(config: RuntimeConfig) -> Application:
     return app
 
 
-def _record(h: Harness, submission_id: str) -> dict[str, Any]:
+def _record(h: ThreadHarness, submission_id: str) -> dict[str, Any]:
     row = h.storage.exec("SELECT kind, thread_id, body_json FROM tl_outbox WHERE record_id = ?",
                          f"{submission_id}:settled").one()
     assert (row["kind"], row["thread_id"]) == (transitions.SETTLED_KIND, "t")
@@ -52,7 +52,7 @@ def _record(h: Harness, submission_id: str) -> dict[str, Any]:
     return body
 
 
-def _columns(h: Harness, submission_id: str) -> dict[str, Any]:
+def _columns(h: ThreadHarness, submission_id: str) -> dict[str, Any]:
     return h.storage.exec("SELECT result_json, error_json, settled_at FROM tl_submissions"
                           " WHERE id = ?", submission_id).one()
 

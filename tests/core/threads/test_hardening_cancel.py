@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from core.threads.thread_harness import Effects, Harness
 from threadline.app import Application
 from threadline.clock import ManualClock
 from threadline.config import RuntimeConfig
+from threadline.testing import Effects, ThreadHarness
 from threadline.threads.model import SubmissionState
 from threadline.threads.signals import LeaseLost
 from threadline.threads.turn import Turn
 
-MakeHarness = Callable[..., Harness]
+MakeHarness = Callable[..., ThreadHarness]
 
 CONFIG = RuntimeConfig(attempt_timeout_ms=60_000, cancel_grace_ms=2_000)
 
@@ -60,7 +60,7 @@ async def spin(times: int = 50) -> None:
         await asyncio.sleep(0)
 
 
-def journal_keys(h: Harness, submission_id: str) -> list[str]:
+def journal_keys(h: ThreadHarness, submission_id: str) -> list[str]:
     rows = h.storage.exec("SELECT step_key FROM tl_journal WHERE submission_id = ? ORDER BY"
                           " step_key", submission_id)
     return [row["step_key"] for row in rows]

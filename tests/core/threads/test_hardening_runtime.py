@@ -16,16 +16,16 @@ from typing import Any
 
 import pytest
 
-from core.threads.thread_harness import Effects, Harness, SettlementLog
 from threadline.app import Application
 from threadline.clock import ManualClock
 from threadline.config import RuntimeConfig
 from threadline.errors import Conflict, Evicted, NonRetryable, StorageError, ValidationFailed
 from threadline.storage import SqliteStorage, migrate
+from threadline.testing import Effects, SettlementLog, ThreadHarness
 from threadline.threads.model import Outcome, SubmissionState
 from threadline.threads.turn import RetryPolicy, Turn
 
-MakeHarness = Callable[..., Harness]
+MakeHarness = Callable[..., ThreadHarness]
 Build = Callable[[RuntimeConfig], Application]
 
 #: Above the default max_value_bytes, so only a raised limit lets it reach storage.
@@ -81,10 +81,10 @@ def settle_write(sql: str, params: tuple[Any, ...]) -> bool:
 
 
 def harness_on(storage: SqliteStorage, clock: ManualClock, build: Build,
-               config: RuntimeConfig | None = None) -> Harness:
+               config: RuntimeConfig | None = None) -> ThreadHarness:
     migrate(storage)
     chosen = config if config is not None else RuntimeConfig()
-    return Harness(storage, clock, lambda: build(chosen))
+    return ThreadHarness(storage, clock, lambda: build(chosen))
 
 
 def one_step_app(effects: Effects, *, effect: str, value: Callable[[], Any],
@@ -108,7 +108,7 @@ def one_step_app(effects: Effects, *, effect: str, value: Callable[[], Any],
     return build
 
 
-async def settle_all(h: Harness, clock: ManualClock, *, rounds: int = 20) -> None:
+async def settle_all(h: ThreadHarness, clock: ManualClock, *, rounds: int = 20) -> None:
     """Run the Threads, moving time past every backoff, until nothing is runnable."""
     for _ in range(rounds):
         await h.drive()
@@ -442,7 +442,9 @@ def test_5_sleep_takes_a_timedelta(make_harness: MakeHarness, clock: ManualClock
 # -- 6. in-step retries --------------------------------------------------------------------------
 
 
-def retrying_app(effects: Effects, holder: dict[str, Harness], *, abort_in_call: bool) -> Build:
+def retrying_app(
+    effects: Effects, holder: dict[str, ThreadHarness], *, abort_in_call: bool
+) -> Build:
     def build(config: RuntimeConfig) -> Application:
         app = Application(config)
 
@@ -461,7 +463,9 @@ def retrying_app(effects: Effects, holder: dict[str, Harness], *, abort_in_call:
     return build
 
 
-async def _paused_run(h: Harness, clock: ManualClock, during_pause: Callable[[], None]) -> Any:
+async def _paused_run(
+    h: ThreadHarness, clock: ManualClock, during_pause: Callable[[], None]
+) -> Any:
     task = asyncio.ensure_future(h.runtime.process_thread_head("t"))
     for _ in range(20):
         await asyncio.sleep(0)
@@ -479,7 +483,7 @@ async def _paused_run(h: Harness, clock: ManualClock, during_pause: Callable[[],
 def test_6_no_retry_pause_starts_once_an_abort_is_accepted(
     make_harness: MakeHarness, effects: Effects, clock: ManualClock
 ) -> None:
-    holder: dict[str, Harness] = {}
+    holder: dict[str, ThreadHarness] = {}
     h = make_harness(retrying_app(effects, holder, abort_in_call=True))
     holder["h"] = h
     sub = h.admit("t", None, agent="flaky")
@@ -570,7 +574,7 @@ def hanging_app(effects: Effects, effect: str) -> Build:
     return build
 
 
-async def _run_until_bound(h: Harness, clock: ManualClock, bound_ms: int) -> Any:
+async def _run_until_bound(h: ThreadHarness, clock: ManualClock, bound_ms: int) -> Any:
     task = asyncio.ensure_future(h.runtime.process_thread_head("t"))
     for _ in range(20):
         await asyncio.sleep(0)
@@ -738,7 +742,7 @@ def test_10_an_abort_reason_must_be_bounded_text(
 def test_10_a_running_submission_keeps_its_abort_reason(
     make_harness: MakeHarness, effects: Effects
 ) -> None:
-    holder: dict[str, Harness] = {}
+    holder: dict[str, ThreadHarness] = {}
 
     def build(config: RuntimeConfig) -> Application:
         app = Application(config)
@@ -765,7 +769,7 @@ def test_10_a_running_submission_keeps_its_abort_reason(
 def test_10_an_abort_accepted_as_the_agent_returns_keeps_its_reason(
     make_harness: MakeHarness,
 ) -> None:
-    holder: dict[str, Harness] = {}
+    holder: dict[str, ThreadHarness] = {}
 
     def build(config: RuntimeConfig) -> Application:
         app = Application(config)

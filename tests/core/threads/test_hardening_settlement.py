@@ -13,11 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 from core.threads.test_hardening_runtime import FailingStorage, harness_on, settle_all
-from core.threads.thread_harness import Effects, Harness, SettlementLog
 from threadline.app import Application
 from threadline.clock import ManualClock
 from threadline.config import RuntimeConfig
 from threadline.errors import NonRetryable
+from threadline.testing import Effects, SettlementLog, ThreadHarness
 from threadline.threads.model import Outcome, SubmissionState
 from threadline.threads.recovery import RecoveryDecision, UnwrittenEnd
 from threadline.threads.turn import Turn
@@ -74,7 +74,7 @@ async def _fails_for_now(turn: Turn) -> Any:
 
 
 def setup(clock: ManualClock, effects: Effects, agent: Callable[[Turn], Any],
-          config: RuntimeConfig | None = None) -> tuple[FailingStorage, Harness, str]:
+          config: RuntimeConfig | None = None) -> tuple[FailingStorage, ThreadHarness, str]:
     storage = FailingStorage()
     h = harness_on(storage, clock, raising_app(effects, agent), config)
     sub = h.admit("t", None, agent="flow")
@@ -135,7 +135,7 @@ def test_a_retryable_failure_on_the_last_attempt_is_held_and_settles_failed(
 def test_an_aborted_settlement_storage_refuses_outright_keeps_the_abort_reason(
     clock: ManualClock, effects: Effects, settlements: SettlementLog
 ) -> None:
-    holder: dict[str, Harness] = {}
+    holder: dict[str, ThreadHarness] = {}
 
     async def aborted(turn: Turn) -> Any:
         holder["h"].ledger.request_abort(turn.submission_id, "user cancelled")
@@ -256,14 +256,15 @@ def test_a_held_end_survives_a_recovery_that_storage_refuses_too(
 def test_what_is_held_is_lost_with_the_object_and_the_lease_reports_it(
     clock: ManualClock, effects: Effects
 ) -> None:
-    """Held in memory only: after an eviction the claim is found by its lease, as a lost one."""
+    """Held in memory only: after an eviction the claim is found stamped by another
+    incarnation and recovered at once as a lost one, its real cause gone with the object."""
     storage, h, sub = setup(clock, effects, _fails_for_good)
     storage.fail(settle_write, times=2)
     assert run(h.runtime.process_thread_head("t")) is None
     h.evict()
-    assert h.runtime.run_recovery("t").reports == ()  # the lease still stands
-    clock.advance(h.app.config.lease_ms)
-    h.runtime.run_recovery("t")
+    assert h.runtime.recovery.held == 0
+    assert [r.decision for r in h.runtime.run_recovery("t").reports] == [
+        RecoveryDecision.RE_READY]  # at once: the lease has not expired
     assert h.get(sub).state is SubmissionState.READY
     assert h.get(sub).error["type"] == "LeaseExpired"  # type: ignore[index]
 
@@ -278,11 +279,12 @@ def test_a_held_end_never_applies_to_another_claim(
     # Pretend the end held is that of an older claim: it must not end this one.
     h.runtime.recovery.hold(sub, UnwrittenEnd(revision=held_revision - 1,
                                               error={"type": "Stale"}, final=True))
-    assert h.runtime.run_recovery("t").reports == ()
-    assert h.get(sub).state is SubmissionState.RUNNING
+    # The claim is still lost (this incarnation no longer runs it), but as a lost Attempt:
+    # the held end's final error would have settled it failed.
+    assert [r.decision for r in h.runtime.run_recovery("t").reports] == [
+        RecoveryDecision.RE_READY]
     assert h.runtime.recovery.held == 0
-    clock.advance(h.app.config.lease_ms)
-    h.runtime.run_recovery("t")
+    assert h.get(sub).state is SubmissionState.READY
     assert h.get(sub).error["type"] == "LeaseExpired"  # type: ignore[index]
 
 

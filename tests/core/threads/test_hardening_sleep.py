@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from core.threads.thread_harness import Harness
 from threadline.app import Application
 from threadline.clock import ManualClock
 from threadline.config import RuntimeConfig
 from threadline.errors import ValidationFailed
+from threadline.testing import ThreadHarness
 from threadline.threads.model import SubmissionState
 from threadline.threads.turn import MAX_SLEEP_SECONDS, Turn, sleep_ms
 
-MakeHarness = Callable[..., Harness]
+MakeHarness = Callable[..., ThreadHarness]
 
 
 @pytest.mark.parametrize(

@@ -5,9 +5,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from core.threads.thread_harness import Harness
 from threadline import Application, ManualClock, SqliteStorage
 from threadline.storage import migrate
+from threadline.testing import ThreadHarness
 from threadline.threads import Outcome, SubmissionState
 
 README = Path(__file__).resolve().parents[3] / "README.md"
@@ -15,7 +15,9 @@ README = Path(__file__).resolve().parents[3] / "README.md"
 
 def _readme_app() -> Application:
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
-    agent_blocks = [block for block in blocks if "@app.agent" in block]
+    agent_blocks = [
+        block for block in blocks if "@app.agent" in block and "threadline.testing" not in block
+    ]
     assert len(agent_blocks) == 1, "README should show exactly one agent"
     namespace: dict[str, Any] = {}
     exec(compile(agent_blocks[0], str(README), "exec"), namespace)
@@ -27,7 +29,7 @@ def _readme_app() -> Application:
 def test_the_readme_agent_suspends_for_approval_then_completes() -> None:
     storage = SqliteStorage(":memory:")
     migrate(storage)
-    harness = Harness(storage, ManualClock(), _readme_app)
+    harness = ThreadHarness(storage, ManualClock(), _readme_app)
     submission = harness.admit("t1", "hello", agent="support")
 
     asyncio.run(harness.drive())

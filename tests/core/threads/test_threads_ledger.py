@@ -9,17 +9,17 @@ from typing import Any
 
 import pytest
 
-from core.threads.thread_harness import Harness, SettlementLog
 from threadline.app import Application
 from threadline.clock import ManualClock
 from threadline.config import RuntimeConfig
 from threadline.errors import Conflict, PayloadTooLarge, ValidationFailed
 from threadline.scheduling import NATIVE
 from threadline.storage import SqliteStorage, migrate
+from threadline.testing import SettlementLog, ThreadHarness
 from threadline.threads.model import Outcome, SubmissionState
 from threadline.threads.turn import Turn
 
-MakeHarness = Callable[..., Harness]
+MakeHarness = Callable[..., ThreadHarness]
 
 
 def echo_app(config: RuntimeConfig) -> Application:
@@ -145,7 +145,7 @@ def test_scan_nonterminal_cost_is_flat_in_settled_history(clock: ManualClock) ->
     def measure(settled: int) -> tuple[int, int, int]:
         storage = SqliteStorage(":memory:", count_vm_steps=True)
         migrate(storage)
-        h = Harness(storage, clock, lambda: echo_app(RuntimeConfig()))
+        h = ThreadHarness(storage, clock, lambda: echo_app(RuntimeConfig()))
         rows = [
             (f"old_{i:05d}", f"t{i % 50}", i + 1, "echo", None, "1", "d", "settled",
              "completed", 0, 0, 0)

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from core.threads.thread_harness import Effects, Harness, SettlementLog
 from threadline.app import Application
 from threadline.config import RuntimeConfig
 from threadline.errors import (
@@ -20,11 +19,12 @@ from threadline.errors import (
     ValidationFailed,
 )
 from threadline.scheduling import NATIVE
+from threadline.testing import Effects, SettlementLog, ThreadHarness
 from threadline.threads.model import Outcome, SubmissionState
 from threadline.threads.recovery import Disposition, RecoveryDecision
 from threadline.threads.turn import RetryPolicy, Turn
 
-MakeHarness = Callable[..., Harness]
+MakeHarness = Callable[..., ThreadHarness]
 
 
 def run(coro: Any) -> Any:
@@ -317,7 +317,7 @@ def test_durable_sleep(make_harness: MakeHarness, effects: Effects) -> None:
 def test_abort_while_running_is_seen_at_the_next_step(
     make_harness: MakeHarness, settlements: SettlementLog, effects: Effects
 ) -> None:
-    holder: dict[str, Harness] = {}
+    holder: dict[str, ThreadHarness] = {}
 
     def build(config: RuntimeConfig) -> Application:
         app = Application(config)
@@ -389,7 +389,7 @@ def uncertain_app(effects: Effects) -> Callable[[RuntimeConfig], Application]:
     return build
 
 
-def _lose_uncertain_step(h: Harness) -> str:
+def _lose_uncertain_step(h: ThreadHarness) -> str:
     sub = h.admit("a", None, agent="mail")
     later = h.admit("a", None, agent="mail")
     h.failpoints.evict_at("step:started")
@@ -615,7 +615,7 @@ def test_an_uncertain_step_lost_again_after_a_retry_is_unknown_again(
 def test_an_abort_accepted_before_the_attempt_fails_settles_aborted(
     make_harness: MakeHarness, settlements: SettlementLog, effects: Effects
 ) -> None:
-    holder: dict[str, Harness] = {}
+    holder: dict[str, ThreadHarness] = {}
 
     def build(config: RuntimeConfig) -> Application:
         app = Application(config)
@@ -647,7 +647,7 @@ def test_an_abort_accepted_before_the_attempt_fails_settles_aborted(
 def test_an_abort_accepted_while_the_attempt_suspends_settles_aborted(
     make_harness: MakeHarness, settlements: SettlementLog,
 ) -> None:
-    holder: dict[str, Harness] = {}
+    holder: dict[str, ThreadHarness] = {}
 
     def build(config: RuntimeConfig) -> Application:
         app = Application(config)

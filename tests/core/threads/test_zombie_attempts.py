@@ -1,7 +1,10 @@
 """Zombie Attempts: an Attempt whose lease was lost while it still ran must change nothing.
 
-The first Attempt (A) parks in the agent body, outside any step. Its lease expires, recovery
-readies the submission again, and a second Attempt (B) claims it and parks too. Then A resumes
+The first Attempt (A) parks in the agent body, outside any step. The object is replaced while A
+still runs (A is now a zombie of the old incarnation): the new incarnation finds A's claim
+stamped by another incarnation, recovery readies the submission again at once, and a second
+Attempt (B) claims it and parks too. (Within one incarnation recovery never touches a Thread
+whose Attempt is running, so a zombie needs an incarnation that outlived its object.) Then A resumes
 and tries to end: settle, fail for a retry, or suspend. Every such end is a compare-and-set on
 A's claimed revision; the submission is ``running`` again (under B), so only the revision tells
 A's claim from B's. A must end with nothing written, and B must own the submission to its end.
@@ -15,14 +18,14 @@ from typing import Any
 
 import pytest
 
-from core.threads.thread_harness import Harness, SettlementLog
 from threadline.app import Application
 from threadline.config import RuntimeConfig
+from threadline.testing import SettlementLog, ThreadHarness
 from threadline.threads.model import Outcome, SubmissionState
 from threadline.threads.recovery import RecoveryDecision
 from threadline.threads.turn import Turn
 
-MakeHarness = Callable[..., Harness]
+MakeHarness = Callable[..., ThreadHarness]
 #: How many loop turns a parked Attempt gets to reach its parking point (none sleeps).
 SPIN = 50
 
@@ -71,20 +74,21 @@ def zombie_app(parking: Parking, a_ends: str) -> Callable[[RuntimeConfig], Appli
     return build
 
 
-def _control(h: Harness, sub_id: str) -> dict[str, Any]:
+def _control(h: ThreadHarness, sub_id: str) -> dict[str, Any]:
     return h.storage.exec(
         "SELECT state, revision, attempts, lease_owner FROM tl_submissions WHERE id = ?", sub_id
     ).one()
 
 
 async def _zombie_then_live(
-    h: Harness, settlements: SettlementLog, parking: Parking, sub_id: str
+    h: ThreadHarness, settlements: SettlementLog, parking: Parking, sub_id: str
 ) -> None:
     zombie = asyncio.create_task(h.runtime.process_thread_head("t"))
     await parking.until_parked(1)
     claimed_by_zombie = _control(h, sub_id)
-    # A's lease runs out while A still runs; recovery readies the submission again.
-    h.clock.advance(h.app.config.lease_ms)
+    # A new incarnation takes over while A still runs; its lease has not expired, but A's
+    # claim names the old incarnation, so recovery readies the submission again at once.
+    h.evict()
     assert [r.decision for r in h.runtime.run_recovery("t").reports] == [
         RecoveryDecision.RE_READY]
     live = asyncio.create_task(h.runtime.process_thread_head("t"))
@@ -137,8 +141,8 @@ def test_a_zombie_attempt_cannot_settle_what_recovery_settled(
     async def scenario() -> None:
         zombie = asyncio.create_task(h.runtime.process_thread_head("t"))
         await parking.until_parked(1)
+        h.evict()
         h.ledger.request_abort(sub.id, "stop")
-        h.clock.advance(h.app.config.lease_ms)
         assert [r.decision for r in h.runtime.run_recovery("t").reports] == [
             RecoveryDecision.SETTLE_ABORTED]
         settled = h.get(sub.id)

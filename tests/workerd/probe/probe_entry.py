@@ -3,7 +3,10 @@
 It re-exports the example app's ``Default`` and ``ThreadObject`` unchanged and adds a
 ``StorageProbe`` Durable Object (binding ``PROBE``) that drives ``CloudflareStorage`` directly,
 so the tests can pin what the adapter relies on in real workerd. ``/_probe/{object}/{op}`` goes
-to the probe object named ``object``; every other path goes to the app's ``Default``.
+to the probe object named ``object``; ``/_threads/{object}/{op}`` goes to a
+``ProbeThreadObject`` (binding ``PROBE_THREADS``): the deployed ``ThreadObjectBase`` with
+test-only agents and two test-only routes (admit, status), so that a submission can be
+admitted and then left to the alarm alone. Every other path goes to the app's ``Default``.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from threadline.scheduling import NATIVE, build_scheduler, read_state
 from threadline.storage import migrate
 from threadline.storage.cloudflare import CloudflareStorage
 from threadline.threads import ThreadRuntime, Turn
+from threadline.worker import ThreadObjectBase
 
 # Retries wait about a millisecond, so a retried Attempt can run again within one request.
 probe_app = Application(RuntimeConfig(alarm_backoff_base_ms=1, alarm_backoff_cap_ms=2))
@@ -99,6 +103,61 @@ async def over_limit(turn: Turn) -> Any:
     return len(value)
 
 
+# The object whose alarm runs the agents below; a short lease so that an Attempt lost with the
+# runtime is found again within seconds.
+threads_app = Application(
+    RuntimeConfig(lease_ms=2_000, alarm_backoff_base_ms=50, alarm_backoff_cap_ms=1_000)
+)
+# Where the test-only agents record their effects: the storage of the object running them.
+EFFECTS: dict[str, CloudflareStorage] = {}
+
+
+def record_effect(turn: Turn, what: str) -> None:
+    """Write an effect row outside the Attempt's transactions, as an external call would."""
+    storage = EFFECTS["storage"]
+    storage.exec(
+        "INSERT INTO probe_effects (submission_id, what, at) VALUES (?, ?, ?)",
+        turn.submission_id,
+        what,
+        now_ms(),
+    )
+
+
+@threads_app.agent("probe-echo")
+async def probe_echo(turn: Turn) -> Any:
+    """One journaled step."""
+
+    def work() -> Any:
+        record_effect(turn, "echo")
+        return {"got": turn.input}
+
+    return await turn.step("echo", work)
+
+
+@threads_app.agent("probe-slow")
+async def probe_slow(turn: Turn) -> Any:
+    """A step that hangs in its first Attempt until the runtime is killed under it."""
+
+    async def work() -> Any:
+        record_effect(turn, f"work:{turn.attempt}")
+        if turn.attempt == 1:
+            await asyncio.sleep(120)
+        return {"done_in_attempt": turn.attempt}
+
+    return await turn.step("work", work)
+
+
+THREADS_PREFIX = "/_threads/"
+THREADS_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS probe_effects ("
+    "  seq INTEGER PRIMARY KEY AUTOINCREMENT, submission_id TEXT, what TEXT, at INTEGER)",
+    # Every committed transition into 'settled' adds a row, even a repeated one.
+    "CREATE TABLE IF NOT EXISTS probe_settlements (submission_id TEXT, from_state TEXT)",
+    "CREATE TRIGGER IF NOT EXISTS probe_settle_log AFTER UPDATE OF state ON tl_submissions"
+    " WHEN NEW.state = 'settled' BEGIN INSERT INTO probe_settlements (submission_id,"
+    " from_state) VALUES (NEW.id, OLD.state); END",
+)
+
 PREFIX = "/_probe/"
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS probe_items (k TEXT PRIMARY KEY, v TEXT)",
@@ -129,15 +188,69 @@ class Default(AppDefault):
     async def fetch(self, request: Any) -> Response:
         url = str(request.url)
         path = urlsplit(url).path
-        if not path.startswith(PREFIX):
+        if path.startswith(THREADS_PREFIX):
+            name = path[len(THREADS_PREFIX) :].split("/", 1)[0]
+            forwarded = await self.env.PROBE_THREADS.getByName(name).fetch(url)
+        elif path.startswith(PREFIX):
+            name = path[len(PREFIX) :].split("/", 1)[0]
+            forwarded = await self.env.PROBE.getByName(name).fetch(url)
+        else:
             return await super().fetch(request)
-        name = path[len(PREFIX) :].split("/", 1)[0]
-        forwarded = await self.env.PROBE.getByName(name).fetch(url)
         return Response(
             await forwarded.bytes(),
             status=forwarded.status,
             headers={"content-type": "application/json"},
         )
+
+
+class ProbeThreadObject(ThreadObjectBase):
+    """The deployed object class with test-only agents; its alarm is the only engine."""
+
+    app = threads_app
+
+    def __init__(self, ctx: Any, env: Any) -> None:
+        super().__init__(ctx, env)
+        EFFECTS["storage"] = self.storage
+
+    async def fetch(self, request: Any) -> Response:
+        url = urlsplit(str(request.url))
+        if not url.path.startswith(THREADS_PREFIX):
+            return await super().fetch(request)
+        op = url.path[len(THREADS_PREFIX) :].split("/", 2)[1]
+        args = dict(parse_qsl(url.query))
+        for statement in THREADS_SCHEMA:
+            self.storage.exec(statement)
+        ledger = self.space.runtime.ledger
+        if op == "admit":
+            admitted = ledger.admit(args["thread"], args["agent"], json.loads(args["input"]))
+            body: dict[str, Any] = {"id": admitted.submission.id}
+        elif op == "status":
+            sub = ledger.get(args["id"])
+            body = {
+                "state": str(sub.state),
+                "outcome": None if sub.outcome is None else str(sub.outcome),
+                "result": sub.result,
+                "attempts": sub.attempts,
+                "settlements": [
+                    row["from_state"]
+                    for row in self.storage.exec(
+                        "SELECT from_state FROM probe_settlements WHERE submission_id = ?",
+                        sub.id,
+                    )
+                ],
+                "effects": [
+                    row["what"]
+                    for row in self.storage.exec(
+                        "SELECT what FROM probe_effects WHERE submission_id = ? ORDER BY seq",
+                        sub.id,
+                    )
+                ],
+                "alarm": await self.storage.get_alarm(),
+                "run": str(getattr(self.env, "PROBE_RUN", None) or ""),
+            }
+        else:
+            return Response.json({"error": f"no op {op}"}, status=404)
+        return Response(json.dumps(body), headers={"content-type": "application/json"})
 
 
 class StorageProbe(DurableObject):
@@ -487,4 +600,4 @@ class StorageProbe(DurableObject):
         return {"fired": list(rows), **await self.state()}
 
 
-__all__ = ["Default", "StorageProbe", "ThreadObject"]
+__all__ = ["Default", "ProbeThreadObject", "StorageProbe", "ThreadObject"]

@@ -1,0 +1,203 @@
+"""The lane runner: one bounded wave per due non-native lane.
+
+A lane's handler is ``async handler(now, deadline) -> next_due | None``: it does a bounded
+amount of work and returns when its lane is next due (None: idle). The runner
+
+* claims the lane through the due queue first (compare-and-set, one attempt charged, the lane
+  due again at the crash-fallback deadline should the object be lost mid-wave; after
+  ``park_after_stalls`` claims without progress the lane is parked and reported once);
+* runs the handler bounded by its dispatch timeout, measured on the injected clock;
+* completes the lane with the returned deadline, unless a producer enrolled it meanwhile (its
+  newer revision stays due) or a mutation that enrolled it is still in flight;
+* backs a failure off (``now + backoff(stalls)``); the failure is logged with the lane and the
+  error type only, and never fails the pass or blocks native work.
+
+A due lane without a registered handler fails the same way, loudly: it is claimed (charged,
+backed off, eventually parked) and logged, so it can never make the alarm spin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
+from dataclasses import dataclass
+from enum import StrEnum
+
+from threadline.clock import Clock
+from threadline.config import RuntimeConfig
+from threadline.errors import SchedulingError
+from threadline.scheduling import NATIVE, DueQueue, Lane, LaneState, MutationGate, backoff_ms
+from threadline.scheduling.due_queue import validate_lane_id
+from threadline.storage.port import Storage
+
+_logger = logging.getLogger("threadline.maintenance")
+
+#: A lane's work: ``(now, deadline) -> next due (epoch ms) or None when idle``.
+LaneHandler = Callable[[int, int], Awaitable[int | None]]
+#: The longest dispatch timeout a lane may declare (5 minutes).
+MAX_DISPATCH_TIMEOUT_MS = 300_000
+
+
+class WaveOutcome(StrEnum):
+    """How one lane wave ended."""
+
+    COMPLETED = "completed"
+    #: Someone else claimed or enrolled the lane first; nothing ran.
+    STALE = "stale"
+    FAILED = "failed"
+    TIMED_OUT = "timed-out"
+    UNHANDLED = "unhandled"
+
+
+@dataclass(frozen=True, slots=True)
+class LaneSpec:
+    """A registered lane: its handler and the bound of one wave."""
+
+    id: str
+    handler: LaneHandler
+    dispatch_timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class WaveResult:
+    """One wave: its outcome, and the charged lane when it was claimed."""
+
+    lane_id: str
+    outcome: WaveOutcome
+    claimed: Lane | None = None
+
+    @property
+    def newly_parked(self) -> bool:
+        """True when this wave's claim parked the lane and the parking is not reported yet."""
+        claimed = self.claimed
+        return claimed is not None and claimed.state is LaneState.PARKED and not claimed.reported
+
+
+class LaneRunner:
+    """Runs waves of the non-native lanes of one object incarnation."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        gate: MutationGate,
+        due_queue: DueQueue,
+        clock: Clock,
+        config: RuntimeConfig,
+        rng: random.Random,
+        *,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        self._storage = storage
+        self._gate = gate
+        self._queue = due_queue
+        self._clock = clock
+        self._config = config
+        self._rng = rng
+        self._log = log if log is not None else _logger.error
+        self._lanes: dict[str, LaneSpec] = {}
+
+    def register(self, lane_id: str, handler: LaneHandler, *, dispatch_timeout_ms: int) -> None:
+        """Register the handler of ``lane_id``; a lane has one handler, native has none here."""
+        validate_lane_id(lane_id)
+        if lane_id == NATIVE:
+            raise SchedulingError("the native lane is the maintenance pass itself")
+        if lane_id in self._lanes:
+            raise SchedulingError(f"lane {lane_id!r} already has a handler")
+        if not 1 <= dispatch_timeout_ms <= MAX_DISPATCH_TIMEOUT_MS:
+            raise SchedulingError(
+                f"dispatch timeout of {lane_id!r} must be 1..{MAX_DISPATCH_TIMEOUT_MS} ms"
+            )
+        self._lanes[lane_id] = LaneSpec(lane_id, handler, dispatch_timeout_ms)
+
+    @property
+    def registered(self) -> frozenset[str]:
+        """The lanes with a handler."""
+        return frozenset(self._lanes)
+
+    def due(self, lanes: list[Lane], now: int) -> list[Lane]:
+        """The non-native lanes among ``lanes`` due at ``now`` and not held by a mutation."""
+        producing = self._gate.active_lanes()
+        return [
+            lane for lane in lanes
+            if lane.id != NATIVE and lane.due_at is not None and lane.due_at <= now
+            and lane.id not in producing
+        ]
+
+    async def run_wave(self, lane: Lane, *, until: int | None = None) -> WaveResult:
+        """Claim ``lane`` (a snapshot) and run one wave of it; see the module docstring.
+
+        ``until`` (epoch ms) caps the wave's deadline: the pass's own event deadline.
+        """
+        now = self._clock.now_ms()
+        claimed = self._storage.transaction(lambda: self._queue.claim(lane, now))
+        if claimed is None:
+            return WaveResult(lane.id, WaveOutcome.STALE)
+        spec = self._lanes.get(lane.id)
+        if spec is None:
+            self._log(
+                f"threadline: maintenance lane {lane.id!r} is due but has no registered handler; "
+                f"backing off (stalls={claimed.stalls}, state={claimed.state.value})"
+            )
+            return WaveResult(lane.id, WaveOutcome.UNHANDLED, claimed)
+        deadline = now + spec.dispatch_timeout_ms
+        if until is not None:
+            deadline = min(deadline, until)
+        try:
+            next_due = await _bounded(spec.handler(now, deadline), self._clock, deadline)
+        except TimeoutError:
+            self._log(f"threadline: maintenance lane {lane.id!r} ran past its dispatch timeout")
+            self._back_off(claimed)
+            return WaveResult(lane.id, WaveOutcome.TIMED_OUT, claimed)
+        except Exception as exc:  # a lane's failure is charged, never fatal
+            self._log(
+                f"threadline: maintenance lane {lane.id!r} failed ({type(exc).__name__}); "
+                f"backing off (stalls={claimed.stalls})"
+            )
+            self._back_off(claimed)
+            return WaveResult(lane.id, WaveOutcome.FAILED, claimed)
+        self._complete(claimed, next_due)
+        return WaveResult(lane.id, WaveOutcome.COMPLETED, claimed)
+
+    def _complete(self, claimed: Lane, next_due: int | None) -> None:
+        # A mutation that enrolled this lane is still in flight: its facts are not committed
+        # yet, so the wave cannot have seen them. Keep the claim's fallback deadline.
+        with self._gate.snapshot():
+            if claimed.id in self._gate.active_lanes():
+                return
+            self._storage.transaction(lambda: self._queue.complete(claimed, next_due))
+
+    def _back_off(self, claimed: Lane) -> None:
+        due = self._clock.now_ms() + backoff_ms(claimed.stalls, self._config, self._rng)
+        self._storage.transaction(lambda: self._queue.complete(claimed, due))
+
+
+async def _bounded(work: Awaitable[int | None], clock: Clock, deadline: int) -> int | None:
+    """Await ``work`` until ``deadline`` on ``clock``; past it, cancel it and raise TimeoutError."""
+    task = asyncio.ensure_future(work)
+    timer = asyncio.ensure_future(clock.sleep_until(deadline))
+    try:
+        await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        task.cancel()
+        raise
+    finally:
+        timer.cancel()
+    if not task.done():
+        task.cancel()
+        with suppress(asyncio.CancelledError):
+            await task
+        raise TimeoutError
+    return task.result()
+
+
+__all__ = [
+    "MAX_DISPATCH_TIMEOUT_MS",
+    "LaneHandler",
+    "LaneRunner",
+    "LaneSpec",
+    "WaveOutcome",
+    "WaveResult",
+]

@@ -1,0 +1,665 @@
+"""Test kit: run a threadline object in plain pytest, without workerd.
+
+:class:`SimulatedObject` runs the same :class:`~threadline.space.Space` the deployed Durable
+Object runs, over :class:`~threadline.storage.SqliteStorage` (one database file) with a
+:class:`~threadline.clock.ManualClock`, a seeded ``random.Random`` and deterministic ids. It
+delivers the alarm the way the platform does (:meth:`SimulatedObject.run_alarms`), loses the
+object on demand (:meth:`SimulatedObject.evict`, :meth:`SimulatedObject.crash_at`) and offers the
+operations a client or an operator performs (admit, approve, abort, resolve)::
+
+    async def test_echo() -> None:
+        async with SimulatedObject(app) as obj:
+            sub = obj.admit("thread-1", "echo", "hi")
+            await obj.run_alarms()
+            assert obj.submission(sub.id).result == {"got": "hi"}
+
+:class:`ThreadHarness` is the lower-level tool for testing the thread runtime itself: it drives
+``process_thread_head`` directly, without the maintenance pass.
+
+Importing this module never imports the ``workers`` SDK, ``js`` or ``pyodide``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+from threadline.app import Application
+from threadline.clock import ManualClock
+from threadline.errors import Evicted, StorageError
+from threadline.ids import RandomIds
+from threadline.maintenance import PassReport
+from threadline.scheduling import (
+    NATIVE,
+    DueQueue,
+    Failpoints,
+    Scheduler,
+    build_scheduler,
+    read_state,
+)
+from threadline.space import Space
+from threadline.storage import SqliteStorage
+from threadline.storage.port import Rows, SqlValue
+from threadline.threads import transitions
+from threadline.threads import waits as wait_rows
+from threadline.threads.ledger import Ledger
+from threadline.threads.model import (
+    ApprovalDecision,
+    JsonValue,
+    Resolution,
+    Settlement,
+    Submission,
+)
+from threadline.threads.recovery import RecoverySweepResult
+from threadline.threads.runtime import ThreadRuntime
+from threadline.threads.waits import Wait
+
+T = TypeVar("T")
+
+#: How many passes :meth:`SimulatedObject.run_alarms` fires before it gives up by default.
+DEFAULT_MAX_PASSES = 1_000
+
+# Event-loop turns without news before the clock moves, on a loop that hides its ready queue.
+_BLIND_IDLE_TURNS = 20
+_NO_DISK_SYNC = "PRAGMA synchronous = OFF"
+_SETTLED_RECORDS = "SELECT COUNT(*) AS n FROM tl_outbox WHERE record_id = ?"
+_SUBMISSIONS = "SELECT id FROM tl_submissions ORDER BY thread_id, seq"
+_THREAD_SUBMISSIONS = "SELECT id FROM tl_submissions WHERE thread_id = ? ORDER BY seq"
+
+
+class QuiescenceError(AssertionError):
+    """The object kept its alarm set for more passes than allowed: it never quiesces."""
+
+
+class AlarmInvariantError(AssertionError):
+    """A commit left due work without an alarm that fires in time."""
+
+
+@dataclass
+class Effects:
+    """A log of what agents did to the outside world; it survives eviction like the world does.
+
+    Agents under test call :meth:`hit` inside their steps; a test then counts how often each
+    effect really happened, including runs lost to a crash.
+    """
+
+    calls: dict[str, int] = field(default_factory=dict)
+
+    def hit(self, name: str) -> int:
+        """Record one occurrence of ``name``; return how many there have been."""
+        self.calls[name] = self.calls.get(name, 0) + 1
+        return self.calls[name]
+
+    def count(self, name: str) -> int:
+        """How often ``name`` happened."""
+        return self.calls.get(name, 0)
+
+
+@dataclass
+class Crash:
+    """A crash installed by :meth:`SimulatedObject.crash_at`."""
+
+    location: str
+    occurrence: int
+    #: Arrivals at ``location`` counted since the crash was installed.
+    arrivals: int = 0
+    #: True once :class:`~threadline.errors.Evicted` was raised at the chosen arrival.
+    fired: bool = False
+
+
+@dataclass
+class StatementFailure:
+    """Storage failures installed by :meth:`SimulatedObject.fail_statements`."""
+
+    containing: str
+    #: How many more matching statements will fail.
+    remaining: int
+
+
+class _SimulatedStorage(SqliteStorage):
+    """SQLite storage that reports each outermost commit and fails statements on request."""
+
+    def __init__(
+        self, path: str, on_commit: Callable[[], None], failures: list[StatementFailure]
+    ) -> None:
+        super().__init__(path)
+        self._on_commit = on_commit
+        self.failures = failures
+
+    def exec(self, sql: str, *params: SqlValue) -> Rows:
+        for failure in self.failures:
+            if failure.remaining > 0 and failure.containing in sql:
+                failure.remaining -= 1
+                raise StorageError(f"injected storage failure ({failure.containing!r})")
+        return super().exec(sql, *params)
+
+    def transaction(self, fn: Callable[[], T]) -> T:
+        result = super().transaction(fn)
+        if not self.in_transaction():
+            self._on_commit()
+        return result
+
+
+class SimulatedObject:
+    """One Durable Object of ``app``, simulated over a SQLite file and a manual clock.
+
+    ``path`` is the database file (a temporary one, removed by :meth:`close`, when None);
+    ``clock`` defaults to a new :class:`~threadline.clock.ManualClock`; ``seed`` makes the
+    randomness (backoff jitter) and ids of every incarnation reproducible.
+    ``check_alarm_invariant=True`` verifies after every commit made outside an alarm handler,
+    after each handler returns and after each start that due work has an alarm that fires in
+    time, raising :class:`AlarmInvariantError` otherwise.
+
+    Use it as ``async with SimulatedObject(app) as obj:`` (starts, then closes), or call
+    :meth:`start` and :meth:`close` yourself.
+    """
+
+    def __init__(
+        self,
+        app: Application,
+        path: str | Path | None = None,
+        clock: ManualClock | None = None,
+        seed: int = 0,
+        *,
+        check_alarm_invariant: bool = False,
+    ) -> None:
+        self.app = app
+        self.clock = clock if clock is not None else ManualClock()
+        self.seed = seed
+        self.check_alarm_invariant = check_alarm_invariant
+        self._tempdir: str | None = None
+        if path is None:
+            self._tempdir = tempfile.mkdtemp(prefix="threadline-sim-")
+            path = Path(self._tempdir) / "object.sqlite3"
+        self.path = str(path)
+        #: Every pass report, in order, across incarnations.
+        self.reports: list[PassReport] = []
+        #: Every crash installed with :meth:`crash_at`.
+        self.crashes: list[Crash] = []
+        #: How many times the object was lost and rebuilt.
+        self.evictions = 0
+        self.incarnation = 0
+        self._handler_running = False
+        self._starting = False
+        self._started = False
+        self._observer: SqliteStorage | None = None
+        self._hits: Counter[str] = Counter()
+        self._storage_failures: list[StatementFailure] = []
+        self._build()
+
+    # -- life cycle --------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        previous = getattr(self, "failpoints", None)
+        if previous is not None:
+            for location in previous.locations:
+                self._hits[location] += previous.hits(location)
+        self.incarnation += 1
+        label = f"{self.seed}:{self.incarnation}"
+        self.failpoints = Failpoints()
+        self.storage: SqliteStorage = _SimulatedStorage(
+            self.path, self._committed, self._storage_failures
+        )
+        # Committed rows survive the loss of the object, which is all a simulation needs; not
+        # waiting for the disk at each commit makes a test ten times faster.
+        self.storage.exec(_NO_DISK_SYNC)
+        self.space = Space(
+            self.app,
+            self.storage,
+            clock=self.clock,
+            rng=random.Random(f"rng:{label}"),
+            ids=RandomIds(random.Random(f"ids:{label}")),
+            failpoints=self.failpoints,
+        )
+        self._install_crashes()
+
+    async def start(self) -> None:
+        """Start the object as the platform does before its first event (migrate, re-arm)."""
+        self._starting = True
+        try:
+            await self.space.start()
+        finally:
+            self._starting = False
+        self._started = True
+        self._check("after start")
+
+    async def evict(self) -> None:
+        """Lose the object: drop every in-memory part, rebuild it from the file, start again.
+
+        Whatever the old incarnation still had running is cancelled, and its storage is closed
+        so that nothing it does afterwards reaches the file.
+        """
+        self.evictions += 1
+        self._close_storage()
+        await asyncio.sleep(0)
+        self._build()
+        try:
+            await self.start()
+        except BaseException as exc:
+            # Lost again while starting (a crash installed at a start-up failpoint).
+            if not _is_eviction(exc):
+                raise
+            await self.evict()
+
+    async def redeploy(self, app: Application) -> None:
+        """Deploy ``app`` (new agents, versions or hooks) on the same storage: a restart."""
+        self.app = app
+        await self.evict()
+
+    def close(self) -> None:
+        """Close the database; a temporary file is removed."""
+        self._close_storage()
+        if self._tempdir is not None:
+            shutil.rmtree(self._tempdir, ignore_errors=True)
+            self._tempdir = None
+
+    def _close_storage(self) -> None:
+        self.storage.close()
+        if self._observer is not None:
+            self._observer.close()
+            self._observer = None
+
+    async def __aenter__(self) -> SimulatedObject:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- the platform's alarm ----------------------------------------------------------------
+
+    @property
+    def alarm_at(self) -> int | None:
+        """The alarm slot (epoch ms), or None when no alarm is set."""
+        return self.storage.known_alarm()
+
+    async def run_alarms(
+        self, until: int | None = None, max_passes: int = DEFAULT_MAX_PASSES
+    ) -> list[PassReport]:
+        """Fire the alarm like the platform until the slot is empty or later than ``until``.
+
+        One handler at a time: the clock jumps forward to the slot (never backwards), the slot
+        is emptied, then one pass runs; an alarm set meanwhile fires only after it returns.
+        While a handler waits on the clock (a retry delay inside a step), the clock skips
+        forward to that deadline. A handler lost with :class:`~threadline.errors.Evicted`
+        (see :meth:`crash_at`) restarts the object (:meth:`evict`) and the loop goes on; the
+        platform's automatic retry of a failed handler is not simulated, so the object must
+        re-arm itself. With ``until``, the clock ends at ``until`` at the latest.
+
+        Returns the reports of the passes that completed. Raises :class:`QuiescenceError`
+        after ``max_passes`` passes when the alarm is still due: the object never quiesces.
+        """
+        if not self._started:
+            await self.start()
+        completed: list[PassReport] = []
+        passes = 0
+        while True:
+            slot = self.storage.known_alarm()
+            if slot is None or (until is not None and slot > until):
+                break
+            if passes >= max_passes:
+                raise QuiescenceError(self._not_quiescent(max_passes, slot))
+            passes += 1
+            if slot > self.clock.now_ms():
+                self.clock.set(slot)
+            self.storage.take_due_alarm(self.clock.now_ms())
+            report = await self._fire()
+            if report is not None:
+                completed.append(report)
+        if until is not None and until > self.clock.now_ms():
+            self.clock.set(until)
+        return completed
+
+    async def _fire(self) -> PassReport | None:
+        """Run one alarm handler to its end; None when the object was lost in it."""
+        before = asyncio.all_tasks()
+        self._handler_running = True
+        handler = asyncio.ensure_future(self.space.alarm())
+        try:
+            await self._skip_time_while(handler)
+            report = handler.result()
+        except BaseException as exc:
+            if not _is_eviction(exc):
+                raise
+            self._handler_running = False
+            await self._cancel_stragglers(before)
+            await self.evict()
+            return None
+        finally:
+            self._handler_running = False
+        self.reports.append(report)
+        self._check("after an alarm handler returned")
+        return report
+
+    async def _skip_time_while(self, task: asyncio.Future[Any]) -> None:
+        """Let ``task`` run; once everything waits and only the clock can move it on, move the
+        clock to the earliest deadline someone sleeps until."""
+        loop = asyncio.get_running_loop()
+        idle_turns = 0
+        while not task.done():
+            await asyncio.sleep(0)
+            if task.done():
+                return
+            busy = _has_ready_callbacks(loop)
+            if busy:
+                idle_turns = 0
+                continue
+            # Nothing runnable right now: one more turn confirms it before time is moved (many
+            # more on a loop that does not show its ready queue).
+            idle_turns += 1
+            if idle_turns < (2 if busy is not None else _BLIND_IDLE_TURNS):
+                continue
+            idle_turns = 0
+            deadline = self.clock.next_deadline()
+            if deadline is not None:
+                self.clock.set(max(deadline, self.clock.now_ms()))
+            else:
+                # Waiting on something outside the clock (a test's own event): let it happen.
+                await asyncio.wait({task}, timeout=0.001)
+
+    async def _cancel_stragglers(self, before: set[asyncio.Task[Any]]) -> None:
+        """Cancel tasks the lost handler started: an evicted object runs nothing more."""
+        current = asyncio.current_task()
+        stragglers = [t for t in asyncio.all_tasks() - before if t is not current and not t.done()]
+        # Closing the storage first fences them: nothing they still try reaches the file.
+        self._close_storage()
+        for task in stragglers:
+            task.cancel()
+        if stragglers:
+            await asyncio.gather(*stragglers, return_exceptions=True)
+
+    def _not_quiescent(self, max_passes: int, slot: int) -> str:
+        recent = ", ".join(repr(report) for report in self.reports[-3:])
+        return (
+            f"the object did not quiesce: after {max_passes} passes its alarm is still set "
+            f"(at {slot}, now {self.clock.now_ms()}); latest reports: {recent}"
+        )
+
+    # -- crashes -----------------------------------------------------------------------------
+
+    def crash_at(self, location: str, occurrence: int = 1) -> Crash:
+        """Lose the object at the ``occurrence``-th arrival at failpoint ``location``.
+
+        Arrivals are counted from now on, across incarnations; the crash fires once. Inside an
+        alarm handler the loss restarts the object (see :meth:`run_alarms`); anywhere else the
+        caller sees :class:`~threadline.errors.Evicted` and should call :meth:`evict`.
+        """
+        if occurrence < 1:
+            raise ValueError("occurrence counts from 1")
+        if location not in self.failpoints.locations:
+            raise ValueError(f"unknown failpoint location {location!r}")
+        crash = Crash(location, occurrence)
+        self.crashes.append(crash)
+        self._install_crashes()
+        return crash
+
+    def _install_crashes(self) -> None:
+        for location in {crash.location for crash in self.crashes}:
+            self.failpoints.install(location, self._arrived)
+
+    def _arrived(self, location: str) -> None:
+        for crash in self.crashes:
+            if crash.location != location or crash.fired:
+                continue
+            crash.arrivals += 1
+            if crash.arrivals == crash.occurrence:
+                crash.fired = True
+                raise Evicted(location)
+
+    def hits(self, location: str) -> int:
+        """How many times failpoint ``location`` was reached, over every incarnation."""
+        return self._hits[location] + self.failpoints.hits(location)
+
+    def fail_statements(self, containing: str, times: int = 1) -> StatementFailure:
+        """Make the next ``times`` statements whose SQL contains ``containing`` raise
+        :class:`~threadline.errors.StorageError`, as a failing disk or platform would (the
+        transaction around them rolls back). Counted across incarnations."""
+        failure = StatementFailure(containing, times)
+        self._storage_failures.append(failure)
+        return failure
+
+    # -- what clients and operators do ---------------------------------------------------------
+
+    @property
+    def runtime(self) -> ThreadRuntime:
+        """The current incarnation's thread runtime."""
+        return self.space.runtime
+
+    @property
+    def ledger(self) -> Ledger:
+        """The current incarnation's submission ledger."""
+        return self.runtime.ledger
+
+    def admit(
+        self, thread: str, agent: str, input: JsonValue, key: str | None = None
+    ) -> Submission:
+        """Admit ``input`` for ``agent`` on ``thread`` (idempotent with ``key``)."""
+        return self.ledger.admit(thread, agent, input, key).submission
+
+    def approve(
+        self, submission_id: str, key: str, payload: JsonValue = None, *, approved: bool = True
+    ) -> ApprovalDecision:
+        """Decide the approval ``key`` of a suspended submission (``approved=False`` declines)."""
+        return self.ledger.decide_approval(submission_id, key, approved=approved, payload=payload)
+
+    def abort(self, submission_id: str, reason: str | None = None) -> Submission:
+        """Request an abort; it settles at once unless an Attempt runs, which observes it."""
+        return self.ledger.request_abort(submission_id, reason)
+
+    def resolve(
+        self, submission_id: str, action: Resolution | str, result: JsonValue = None
+    ) -> Submission:
+        """Resolve an Unknown Outcome: ``retry``, ``accept`` (with ``result``) or ``abort``."""
+        return self.ledger.resolve_unknown(submission_id, action, result)
+
+    def waits(self, submission_id: str) -> list[Wait]:
+        """The submission's open waits: what it waits for (``kind``, ``key``, ``payload``)."""
+        return wait_rows.open_waits(self.storage, submission_id)
+
+    def submission(self, submission_id: str) -> Submission:
+        """Read one submission, decoded."""
+        return self.ledger.get(submission_id)
+
+    def submissions(self, thread: str | None = None) -> list[Submission]:
+        """Every submission (of ``thread``), in Thread and FIFO order."""
+        rows = (
+            self.storage.exec(_SUBMISSIONS)
+            if thread is None
+            else self.storage.exec(_THREAD_SUBMISSIONS, thread)
+        )
+        return [self.ledger.get(row["id"]) for row in rows]
+
+    # -- the alarm invariant -----------------------------------------------------------------
+
+    def _committed(self) -> None:
+        # A handler's own commits are judged by its final decision, and start() by its end.
+        if not self._handler_running and not self._starting:
+            self._check("after a commit")
+
+    def _check(self, when: str) -> None:
+        if not self.check_alarm_invariant:
+            return
+        if self._observer is None:
+            # A second connection reads what is committed, without touching the object's meter.
+            self._observer = SqliteStorage(self.path)
+        problem = alarm_invariant_problem(self._observer, self.app, self.clock.now_ms())
+        if problem is not None:
+            raise AlarmInvariantError(f"{when}: {problem}")
+
+
+def alarm_invariant_problem(storage: SqliteStorage, app: Application, now: int) -> str | None:
+    """What breaks the alarm invariant in ``storage`` at ``now``, or None when it holds.
+
+    The invariant, outside a running alarm handler: if any lane is due, the alarm slot is set
+    no later than ``max(earliest due, now + min_delay)``; and a generation not yet processed
+    has its native lane due.
+    """
+    queue = DueQueue(storage, app.config, random.Random(0))
+    earliest = queue.next()
+    slot = storage.known_alarm()
+    if earliest is not None:
+        bound = max(earliest, now + app.config.min_alarm_delay_ms)
+        if slot is None or slot > bound:
+            return f"a lane is due at {earliest} but the alarm slot is {slot} (bound {bound})"
+    state = read_state(storage)
+    native = queue.get(NATIVE)
+    if state.processed < state.dirty and (native is None or native.due_at is None):
+        return (
+            f"generation {state.dirty} is not processed ({state.processed}) "
+            "but the native lane is idle"
+        )
+    return None
+
+
+def _has_ready_callbacks(loop: asyncio.AbstractEventLoop) -> bool | None:
+    """Whether any callback is ready to run on ``loop``; None when the loop does not say
+    (only CPython's own event loop keeps its ready queue where this can see it)."""
+    ready = getattr(loop, "_ready", None)
+    return None if ready is None else len(ready) > 0
+
+
+def _is_eviction(exc: BaseException) -> bool:
+    if isinstance(exc, Evicted):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_is_eviction(inner) for inner in exc.exceptions)
+    return False
+
+
+class ThreadHarness:
+    """Drives the thread runtime directly, without the maintenance pass.
+
+    For tests of the runtime itself: :meth:`step` recovers a Thread and runs its head once,
+    :meth:`drive` repeats that until nothing changes (time does not move). ``evict()`` drops
+    every in-memory part (scheduler, gate, failpoints, runtime, registry) and rebuilds them from
+    the same storage, as a new incarnation would. ``make_app`` is called for each incarnation.
+    """
+
+    def __init__(
+        self,
+        storage: SqliteStorage,
+        clock: ManualClock,
+        make_app: Callable[[], Application],
+    ) -> None:
+        self.storage = storage
+        self.clock = clock
+        self.make_app = make_app
+        self.incarnation = 0
+        self.build()
+
+    def build(self) -> None:
+        """Build one incarnation over the storage."""
+        self.incarnation += 1
+        self.app = self.make_app()
+        self.rng = random.Random(self.incarnation)
+        self.failpoints = Failpoints()
+        self.scheduler: Scheduler = build_scheduler(
+            self.storage, self.clock, self.app.config, self.rng, self.failpoints
+        )
+        self.scheduler.gate.ensure_alarm()
+        self.runtime = ThreadRuntime(
+            self.storage,
+            self.app.agents,
+            gate=self.scheduler.gate,
+            failpoints=self.failpoints,
+            config=self.app.config,
+            clock=self.clock,
+            rng=self.rng,
+            ids=RandomIds(random.Random(1000 + self.incarnation)),
+        )
+        self.ledger = self.runtime.ledger
+
+    def evict(self) -> None:
+        """Lose the object: rebuild every in-memory part from the same storage."""
+        self.build()
+
+    def admit(
+        self, thread: str, input: Any, *, agent: str = "echo", key: str | None = None
+    ) -> Submission:
+        """Admit ``input`` for ``agent`` on ``thread``."""
+        return self.ledger.admit(thread, agent, input, key).submission
+
+    def get(self, submission_id: str) -> Submission:
+        """Read one submission."""
+        return self.ledger.get(submission_id)
+
+    async def step(self, thread: str) -> tuple[RecoverySweepResult, Settlement | None]:
+        """What one pass does for one Thread: recover it, then run its head once."""
+        recovered = self.runtime.run_recovery(thread)
+        settled = await self.runtime.process_thread_head(thread)
+        return recovered, settled
+
+    async def drive(self, *, rounds: int = 50) -> list[Settlement]:
+        """Run every Thread until nothing changes any more (time does not move)."""
+        settled: list[Settlement] = []
+        for _ in range(rounds):
+            before = self.ledger.scan_nonterminal()
+            for thread in sorted({item.thread_id for item in before}):
+                _, settlement = await self.step(thread)
+                if settlement is not None:
+                    settled.append(settlement)
+            if self.ledger.scan_nonterminal() == before:
+                return settled
+        raise QuiescenceError("the runtime did not quiesce")
+
+    def settled_records(self, submission_id: str) -> int:
+        """How many settlement records the outbox holds for the submission."""
+        row = self.storage.exec(_SETTLED_RECORDS, f"{submission_id}:settled").one()
+        return int(row["n"])
+
+
+class SettlementLog:
+    """Counts every settle transition that reported success, per submission.
+
+    The outbox record of a settlement has a unique id written with ``ON CONFLICT DO NOTHING``,
+    so counting those rows can only ever show 0 or 1. This log wraps the transition itself:
+    a second settlement of one submission shows here as 2.
+    """
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def install(self, monkeypatch: Any) -> SettlementLog:
+        """Wrap ``transitions.settle`` for the rest of the test (pytest's ``monkeypatch``
+        fixture undoes it)."""
+        real = transitions.settle
+
+        def counting(storage: Any, submission_id: str, **kwargs: Any) -> bool:
+            settled = real(storage, submission_id, **kwargs)
+            if settled:
+                self.counts[submission_id] = self.counts.get(submission_id, 0) + 1
+            return settled
+
+        monkeypatch.setattr(transitions, "settle", counting)
+        return self
+
+    def count(self, submission_id: str) -> int:
+        """How many times the submission was settled since :meth:`install`."""
+        return self.counts.get(submission_id, 0)
+
+
+__all__ = [
+    "DEFAULT_MAX_PASSES",
+    "AlarmInvariantError",
+    "Crash",
+    "Effects",
+    "QuiescenceError",
+    "SettlementLog",
+    "SimulatedObject",
+    "StatementFailure",
+    "ThreadHarness",
+    "alarm_invariant_problem",
+]

@@ -1,0 +1,480 @@
+"""Crash matrix: lose the object at every failpoint of the pass and the runtime, then let the
+alarm alone finish the work.
+
+For each scenario and seed, a dry run counts how often each failpoint is reached; then, for
+each failpoint it reaches, runs crash there (first, middle and last arrival) with ``Evicted``,
+the simulated platform restarts the object and fires alarms until it quiesces, and humans act
+whenever the object waits for them. Every run must keep these invariants:
+
+* nothing admitted is lost: every admitted submission exists and ends settled;
+* each submission settles exactly once: every settle transition that changed a row is logged
+  (whoever made it: an Attempt, recovery, an abort), and it settled with the outcome its
+  scenario implies;
+* an uncertain step ran at most once (every Unknown Outcome is resolved by ``accept``);
+* after each quiescence, every open submission waits visibly for a human (an approval, an
+  Unknown Outcome, an unregistered agent) or is queued behind one in its Thread;
+* the alarm invariant held after every commit (``check_alarm_invariant``);
+* at the end the object is caught up, every lane idle and the alarm cleared, within less
+  simulated time than one lease (a claim lost with its incarnation is recovered at once);
+* every recovery event reached the (at first failing) hook, in order.
+
+A failpoint that no scenario reaches fails ``test_every_failpoint_is_reached``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from threadline import Application, ManualClock, RuntimeConfig
+from threadline.errors import Evicted
+from threadline.scheduling import FAILPOINT_LOCATIONS, read_state
+from threadline.scheduling.due_queue import DueQueue
+from threadline.testing import Effects, SimulatedObject, StatementFailure
+from threadline.threads import Outcome, SubmissionState, Turn, transitions
+
+START = 1_700_000_000_000
+SEEDS = (0, 1)
+#: Not a failpoint of the library: the object is lost inside an uncertain step, after its
+#: external effect happened and before the step returned, the case Unknown Outcomes exist for.
+INSIDE_UNCERTAIN = "agent:inside-uncertain-step"
+LOCATIONS = [*sorted(FAILPOINT_LOCATIONS), INSIDE_UNCERTAIN]
+# Short backoffs keep the simulated time small; the rules are the same.
+CONFIG = RuntimeConfig(alarm_backoff_base_ms=100, alarm_backoff_cap_ms=2_000)
+
+@dataclass
+class World:
+    """What survives every eviction: the agents' effects and the hook's deliveries."""
+
+    effects: Effects = field(default_factory=Effects)
+    events: list[tuple[int, str, str]] = field(default_factory=list)
+    hook_failures: int = 0
+    uncertain_runs: int = 0
+    crash_inside_uncertain: int | None = None
+    #: Every successful settle transition (a compare-and-set that changed the row), by id.
+    settlements: list[str] = field(default_factory=list)
+
+
+@contextmanager
+def settlements_logged(world: World) -> Iterator[None]:
+    """Log every settle transition that changed a row, whoever makes it.
+
+    A settle counted here and then rolled back with its transaction would count too: the check
+    can only err towards reporting a duplicate, never towards hiding one.
+    """
+    original = transitions.settle
+
+    def logged(storage: Any, submission_id: str, **kwargs: Any) -> bool:
+        changed = original(storage, submission_id, **kwargs)
+        if changed:
+            world.settlements.append(submission_id)
+        return changed
+
+    transitions.settle = logged  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        transitions.settle = original  # type: ignore[assignment]
+
+
+def build_app(world: World, *, with_ghost: bool) -> Application:
+    app = Application(CONFIG)
+
+    def effect(turn: Turn, name: str) -> Callable[[], int]:
+        return lambda: world.effects.hit(f"{turn.submission_id}:{name}")
+
+    @app.agent("step1")
+    async def step1(turn: Turn) -> Any:
+        return await turn.step("only", effect(turn, "only"))
+
+    @app.agent("flow")
+    async def flow(turn: Turn) -> Any:
+        a = await turn.step("a", effect(turn, "a"))
+        await turn.emit({"text": "progress"})
+        def uncertain() -> int:
+            done = world.effects.hit(f"{turn.submission_id}:b")
+            world.uncertain_runs += 1
+            if world.uncertain_runs == world.crash_inside_uncertain:
+                raise Evicted(INSIDE_UNCERTAIN)
+            return done
+
+        b = await turn.step("b", uncertain, effect="uncertain")
+        c = await turn.step("c", effect(turn, "c"))
+        return [a, b, c]
+
+    @app.agent("review")
+    async def review(turn: Turn) -> Any:
+        draft = await turn.step("draft", effect(turn, "draft"))
+        decision = await turn.approval("ok", {"draft": draft})
+        return {"approved": decision.approved}
+
+    @app.agent("timer")
+    async def timer(turn: Turn) -> Any:
+        await turn.step("before", effect(turn, "before"))
+        await turn.sleep(5)
+        return await turn.step("after", effect(turn, "after"))
+
+    @app.agent("flaky")
+    async def flaky(turn: Turn) -> Any:
+        # Fails the first time it really runs, whatever Attempt that is.
+        if world.effects.hit(f"{turn.submission_id}:try") == 1:
+            raise RuntimeError("transient")
+        return "recovered"
+
+    if with_ghost:
+
+        @app.agent("ghost")
+        async def ghost(turn: Turn) -> Any:
+            return await turn.step("boo", effect(turn, "boo"))
+
+    @app.on_recovery_event
+    async def hook(event: Any) -> None:
+        # Fails twice, then delivers: the lane must back off and retry without blocking.
+        if world.hook_failures < 2:
+            world.hook_failures += 1
+            raise RuntimeError("hook unavailable")
+        world.events.append((int(event.seq), str(event.kind), str(event.thread_id)))
+
+    return app
+
+
+@dataclass(frozen=True)
+class Item:
+    thread: str
+    agent: str
+    #: What a human does to it: "approve" or "abort-waiting" (abort instead) at its approval,
+    #: "abort-queued" right after admitting it, "corrupt-timer" (damage its timer's row so that
+    #: recovery fails, then repair it once the fault shows).
+    human: str = ""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    items: tuple[Item, ...]
+    #: Threads whose input is admitted by a producer whose body awaits (``gate.mutation``).
+    slow_producer: frozenset[str] = frozenset()
+    #: SQL text of a pass statement that fails once (the pass fails and backs off).
+    failing_statement: str | None = None
+
+    @property
+    def needs_deploy(self) -> bool:
+        return any(item.agent == "ghost" for item in self.items)
+
+
+ONE = Scenario("one-submission", (Item("t", "flow"),))
+THREADS = Scenario(
+    "5-threads-x-4",
+    (
+        Item("t1", "flow"), Item("t1", "flow"), Item("t1", "step1"), Item("t1", "step1"),
+        Item("t2", "review", "approve"), Item("t2", "flow"), Item("t2", "timer"),
+        Item("t2", "step1"),
+        Item("t3", "step1"), Item("t3", "step1", "abort-queued"), Item("t3", "flaky"),
+        Item("t3", "flow"),
+        Item("t4", "review", "abort-waiting"), Item("t4", "timer", "corrupt-timer"),
+        Item("t4", "flow"), Item("t4", "step1"),
+        Item("t5", "ghost"), Item("t5", "step1"), Item("t5", "flow"),
+        Item("t5", "review", "approve"),
+    ),
+    slow_producer=frozenset({"t2"}),
+    failing_statement="UPDATE tl_maintenance SET nonterminal",
+)
+SCENARIOS = {s.name: s for s in (ONE, THREADS)}
+#: Humans look at the object once per simulated second; the alarm runs in between.
+TICK_MS = 1_000
+MAX_TICKS = 300
+_WAIT_PAYLOAD = "SELECT payload_json FROM tl_waits WHERE id = ?"
+_SET_WAIT_PAYLOAD = "UPDATE tl_waits SET payload_json = ? WHERE id = ?"
+
+
+@dataclass
+class Run:
+    obj: SimulatedObject
+    world: World
+    ids: list[str]
+    problems: list[str] = field(default_factory=list)
+    #: The damaged timer wait (id, original payload) until it is repaired.
+    damaged: tuple[str, Any] | None = None
+    repaired: bool = False
+    failure: StatementFailure | None = None
+
+
+async def survive(obj: SimulatedObject, action: Callable[[], Any]) -> bool:
+    """Do a client's or operator's action once; if the object is lost in it, restart it.
+
+    Returns False when the object was lost (the action may or may not have committed).
+    """
+    try:
+        result = action()
+        if inspect.isawaitable(result):
+            await result
+    except BaseException as exc:
+        if not _evicted(exc):
+            raise
+        await obj.evict()
+        return False
+    return True
+
+
+async def retrying(obj: SimulatedObject, action: Callable[[], Any]) -> Any:
+    """An idempotent client call, repeated after each loss of the object until it answers."""
+    while True:
+        try:
+            result = action()
+            return await result if inspect.isawaitable(result) else result
+        except BaseException as exc:
+            if not _evicted(exc):
+                raise
+            await obj.evict()
+
+
+def _evicted(exc: BaseException) -> bool:
+    if isinstance(exc, Evicted):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_evicted(inner) for inner in exc.exceptions)
+    return False
+
+
+async def admit(obj: SimulatedObject, scenario: Scenario, item: Item, n: int) -> Any:
+    """Admit item ``n``, idempotent by key: a retry after a loss finds the committed one."""
+    if item.thread not in scenario.slow_producer:
+        return obj.admit(item.thread, item.agent, n, f"k{n}")
+    # A producer whose body awaits (it reads a request, say): prearmed, then committed.
+    async with obj.space.scheduler.gate.mutation():
+        await asyncio.sleep(0)
+        return obj.admit(item.thread, item.agent, n, f"k{n}")
+
+
+async def play(
+    scenario: Scenario, seed: int, crash: tuple[str, int] | None, world: World
+) -> Run:
+    obj = SimulatedObject(build_app(world, with_ghost=False), clock=ManualClock(START), seed=seed,
+                          check_alarm_invariant=True)
+    if crash is not None and crash[0] == INSIDE_UNCERTAIN:
+        world.crash_inside_uncertain = crash[1]
+    elif crash is not None:
+        obj.crash_at(*crash)
+    run = Run(obj, world, [])
+    while not await survive(obj, obj.start):
+        pass
+    if scenario.failing_statement is not None:
+        run.failure = obj.fail_statements(scenario.failing_statement)
+    for n, item in enumerate(scenario.items):
+        admitted = await retrying(obj, lambda i=item, n=n: admit(obj, scenario, i, n))
+        run.ids.append(admitted.id)
+        if item.human == "abort-queued":
+            await retrying(obj, lambda s=admitted.id: obj.abort(s, "changed my mind"))
+    deployed = not scenario.needs_deploy
+    for _ in range(MAX_TICKS):
+        await obj.run_alarms(until=obj.clock.now_ms() + TICK_MS, max_passes=300)
+        quiet = obj.alarm_at is None
+        if quiet:
+            run.problems += visible_waits(obj, scenario, run.ids, deployed)
+        acted = await humans(run, scenario)
+        if quiet and not acted:
+            if deployed:
+                break
+            await survive(obj, lambda: obj.redeploy(build_app(world, with_ghost=True)))
+            deployed = True
+    else:
+        run.problems.append(f"not quiet after {MAX_TICKS} ticks; alarm at {obj.alarm_at}")
+    return run
+
+
+def open_waits(obj: SimulatedObject, sub_id: str) -> list[Any] | None:
+    """The submission's open waits; None while one of them is damaged (unreadable)."""
+    try:
+        return obj.waits(sub_id)
+    except ValueError:
+        return None
+
+
+async def humans(run: Run, scenario: Scenario) -> bool:
+    """Decide open approvals and Unknown Outcomes, damage and repair; True if anything done."""
+    obj, acted = run.obj, False
+    faulted = {fault.thread_id for fault in obj.space.faults.all()}
+    for sub_id, item in zip(run.ids, scenario.items, strict=True):
+        waits = open_waits(obj, sub_id)
+        if waits is None:
+            if run.damaged is not None and item.thread in faulted and not run.repaired:
+                # The fault is visible: the operator repairs the row.
+                obj.storage.exec(_SET_WAIT_PAYLOAD, run.damaged[1], run.damaged[0])
+                run.repaired = acted = True
+            continue
+        for wait in waits:
+            if wait.kind == "timer" and item.human == "corrupt-timer" and run.damaged is None:
+                original = obj.storage.exec(_WAIT_PAYLOAD, wait.id).scalar()
+                obj.storage.exec(_SET_WAIT_PAYLOAD, "{damaged", wait.id)
+                run.damaged = (wait.id, original)
+                acted = True
+            elif wait.kind == "approval" and item.human == "abort-waiting":
+                acted = True
+                await survive(obj, lambda s=sub_id: obj.abort(s, "not wanted"))
+            elif wait.kind == "approval":
+                acted = True
+                await survive(obj, lambda s=sub_id, k=wait.key: obj.approve(s, k))
+            elif wait.kind == "unknown":
+                acted = True
+                await survive(obj, lambda s=sub_id: obj.resolve(s, "accept", "operator: sent"))
+    return acted
+
+
+def visible_waits(
+    obj: SimulatedObject, scenario: Scenario, ids: list[str], deployed: bool
+) -> list[str]:
+    """With the alarm cleared, open work must wait for a human (an approval, an unregistered
+    agent, a recovery fault) or queue behind such a wait in its Thread."""
+    problems = []
+    blocked = {fault.thread_id for fault in obj.space.faults.all()}
+    for sub_id, item in zip(ids, scenario.items, strict=True):
+        sub = obj.submission(sub_id)
+        if sub.state is SubmissionState.SETTLED or item.thread in blocked:
+            continue
+        kinds = {w.kind for w in open_waits(obj, sub_id) or []}
+        if "unknown" in kinds:
+            continue  # steps aside: later input of its Thread runs on
+        if "approval" in kinds or (item.agent == "ghost" and not deployed):
+            blocked.add(item.thread)
+            continue
+        problems.append(f"{sub_id} ({item.agent} on {item.thread}) is {sub.state} with the "
+                        "alarm cleared, waiting for nobody")
+    return problems
+
+
+def expected_outcome(item: Item) -> Outcome:
+    return Outcome.ABORTED if item.human.startswith("abort") else Outcome.COMPLETED
+
+
+def check(run: Run, scenario: Scenario) -> list[str]:
+    obj, problems = run.obj, list(run.problems)
+    storage = obj.storage
+    if len(run.ids) != len(scenario.items):
+        problems.append(f"admitted {len(run.ids)} of {len(scenario.items)}")
+    settlements = Counter(run.world.settlements)
+    for sub_id, item in zip(run.ids, scenario.items, strict=False):
+        sub = obj.submission(sub_id)
+        if sub.state is not SubmissionState.SETTLED:
+            problems.append(f"{sub_id} ({item.agent}) never settled: {sub.state}")
+        elif sub.outcome is not expected_outcome(item):
+            problems.append(f"{sub_id} ({item.agent}) settled {sub.outcome}: {sub.error}")
+        if settlements.get(sub_id, 0) != 1:
+            problems.append(f"{sub_id} ({item.agent}) settled {settlements.get(sub_id, 0)} times")
+        if item.agent == "flow" and run.world.effects.count(f"{sub_id}:b") > 1:
+            problems.append(f"uncertain step of {sub_id} ran "
+                            f"{run.world.effects.count(f'{sub_id}:b')} times")
+    if len(settlements) != len(run.ids):
+        problems.append(f"settlements of unknown submissions: {sorted(settlements)}")
+    elapsed = obj.clock.now_ms() - START
+    if elapsed >= CONFIG.lease_ms:
+        # A claim lost with an incarnation is recovered by the next pass, not at its lease.
+        problems.append(f"took {elapsed} ms of simulated time, past the {CONFIG.lease_ms} ms lease")
+    state = read_state(storage)
+    queue = DueQueue(storage, obj.app.config, obj.space.rng)
+    due = {lane.id: lane.due_at for lane in queue.lanes() if lane.due_at is not None}
+    if state.processed < state.dirty or state.pending_retry is not None:
+        problems.append(f"not caught up: {state}")
+    if due or obj.alarm_at is not None:
+        problems.append(f"work left at the end: lanes {due}, alarm {obj.alarm_at}")
+    if state.recovery_event_ack != state.recovery_event_seq:
+        problems.append(f"recovery events left unacknowledged: {state}")
+    seqs = [seq for seq, _, _ in run.world.events]
+    if seqs != sorted(seqs):
+        problems.append(f"recovery events out of order: {run.world.events}")
+    if sorted(set(seqs)) != list(range(1, state.recovery_event_seq + 1)):
+        problems.append(f"recovery events lost: {run.world.events} of {state.recovery_event_seq}")
+    if scenario is THREADS:
+        kinds = {(kind, thread) for _, kind, thread in run.world.events}
+        wanted = {("parked", "t5"), ("created", "t4"), ("cleared", "t4")}
+        if not wanted <= kinds:
+            problems.append(f"recovery events missing {wanted - kinds}: {run.world.events}")
+        if not run.repaired:
+            problems.append("the damaged timer never faulted its Thread")
+        if run.failure is None or run.failure.remaining:
+            problems.append("the failing statement never failed")
+    return problems
+
+
+# -- the matrix ------------------------------------------------------------------------------
+
+_dry: dict[tuple[str, int], dict[str, int]] = {}
+_tally = {"runs": 0, "seconds": 0.0}
+
+
+def dry_hits(name: str, seed: int) -> dict[str, int]:
+    """How often each failpoint is reached by an uncrashed run (which must itself be clean)."""
+    if (name, seed) not in _dry:
+        scenario = SCENARIOS[name]
+        started = time.perf_counter()
+        run = played(scenario, seed, None)
+        try:
+            problems = check(run, scenario)
+            assert not problems, "\n".join(problems)
+            hits = {loc: run.obj.hits(loc) for loc in sorted(FAILPOINT_LOCATIONS)}
+            _dry[(name, seed)] = {**hits, INSIDE_UNCERTAIN: run.world.uncertain_runs}
+        finally:
+            run.obj.close()
+            _tally["runs"] += 1
+            _tally["seconds"] += time.perf_counter() - started
+    return _dry[(name, seed)]
+
+
+def played(scenario: Scenario, seed: int, crash: tuple[str, int] | None) -> Run:
+    world = World()
+    with settlements_logged(world):
+        return asyncio.run(play(scenario, seed, crash, world))
+
+
+def occurrences(hits: int) -> list[int]:
+    return sorted({1, (hits + 1) // 2, hits})
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+@pytest.mark.parametrize("location", LOCATIONS)
+def test_crash_at_every_failpoint_then_the_alarm_finishes_the_work(
+    location: str, scenario: str, seed: int
+) -> None:
+    hits = dry_hits(scenario, seed)[location]
+    if hits == 0:
+        pytest.skip(f"{scenario} does not reach {location}")
+    failures = []
+    for occurrence in occurrences(hits):
+        started = time.perf_counter()
+        run = played(SCENARIOS[scenario], seed, (location, occurrence))
+        try:
+            problems = check(run, SCENARIOS[scenario])
+            fired = (run.world.uncertain_runs >= occurrence if location == INSIDE_UNCERTAIN
+                     else run.obj.crashes[0].fired)
+            if not fired:
+                problems.append(f"the crash at arrival {occurrence} of {hits} never happened")
+            elif run.obj.evictions == 0:
+                problems.append("the crash was swallowed: the object was never restarted")
+        finally:
+            run.obj.close()
+            _tally["runs"] += 1
+            _tally["seconds"] += time.perf_counter() - started
+        failures += [f"arrival {occurrence}/{hits}: {p}" for p in problems]
+    assert not failures, f"{location} in {scenario} (seed {seed}):\n" + "\n".join(failures)
+
+
+def test_every_failpoint_is_reached(capsys: pytest.CaptureFixture[str]) -> None:
+    reached = {loc: 0 for loc in LOCATIONS}
+    for name in SCENARIOS:
+        for seed in SEEDS:
+            for loc, n in dry_hits(name, seed).items():
+                reached[loc] += n
+    with capsys.disabled():
+        print(
+            f"\ncrash matrix: {len(LOCATIONS)} failpoints x {len(SCENARIOS)} scenarios x "
+            f"{len(SEEDS)} seeds; {_tally['runs']} runs in {_tally['seconds']:.1f} s"
+        )
+    assert not [loc for loc, n in reached.items() if n == 0], reached
