@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 
+from threadline.api.context import ApiContext
 from threadline.api.http import Request, Response
 from threadline.api.routes import route
 from threadline.app import Application
@@ -17,6 +18,7 @@ from threadline.maintenance import run_pass
 from threadline.scheduling import Failpoints, Scheduler, build_scheduler
 from threadline.storage.port import Storage
 from threadline.storage.schema import migrate, schema_version
+from threadline.threads.runtime import ThreadRuntime
 
 
 class Space:
@@ -41,6 +43,26 @@ class Space:
         self.scheduler: Scheduler = build_scheduler(
             storage, self.clock, app.config, self.rng, failpoints
         )
+        self.runtime = ThreadRuntime(
+            storage,
+            app.agents,
+            gate=self.scheduler.gate,
+            failpoints=self.scheduler.failpoints,
+            config=app.config,
+            clock=self.clock,
+            rng=self.rng,
+            ids=self.ids,
+        )
+        self.api = ApiContext(
+            storage=storage,
+            ledger=self.runtime.ledger,
+            agents=app.agents,
+            config=app.config,
+            clock=self.clock,
+            due_queue=self.scheduler.due_queue,
+            wake=self.scheduler.alarm.schedule_now,
+            schema_version=lambda: self.schema_version,
+        )
 
     async def start(self) -> None:
         """Bring the schema up to date and learn the alarm slot. Runs before any event."""
@@ -50,7 +72,7 @@ class Space:
 
     async def handle(self, request: Request) -> Response:
         """Answer one HTTP request addressed to this space."""
-        return await route(self, request)
+        return await route(self.api, request)
 
     async def alarm(self, retry_count: int = 0) -> None:
         """Run one maintenance pass for a fired alarm (the platform has emptied the slot)."""

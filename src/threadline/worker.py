@@ -13,13 +13,15 @@ from urllib.parse import urlsplit
 from workers import DurableObject, Response, WorkerEntrypoint
 
 from threadline.api import edge
+from threadline.api.edge import TOKEN_SECRET
 from threadline.api.http import Request
 from threadline.api.http import Response as PlainResponse
 from threadline.app import Application
 from threadline.space import Space
 from threadline.storage.cloudflare import CloudflareStorage
 
-TOKEN_SECRET = "THREADLINE_API_TOKEN"  # noqa: S105 - the name of the secret, not its value
+#: Headers that describe one hop's framing, not the response: never copied between hops.
+_HOP_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive"})
 
 
 def _to_platform(response: PlainResponse) -> Response:
@@ -67,11 +69,9 @@ class WorkerBase(WorkerEntrypoint):
             headers={k: v for k, v in headers.items() if k != "authorization"},
             body=body if body else None,
         )
-        return Response(
-            await forwarded.bytes(),
-            status=forwarded.status,
-            headers={"content-type": forwarded.headers.get("content-type") or "application/json"},
-        )
+        # Status and headers (Location, Allow, WWW-Authenticate...) pass through unchanged.
+        headers = {k: v for k, v in _headers(forwarded).items() if k not in _HOP_HEADERS}
+        return Response(await forwarded.bytes(), status=forwarded.status, headers=headers)
 
 
 class ThreadObjectBase(DurableObject):
