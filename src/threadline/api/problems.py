@@ -75,11 +75,12 @@ class InvalidId(ValidationFailed):
 
 
 def problem_from_error(error: ApiError) -> Response:
-    """The problem response for an :class:`ApiError`."""
+    """The problem response for an :class:`ApiError`; its ``detail`` names the field."""
     slug = getattr(error, "problem_slug", None) or str(error.code)
-    return problem(
-        error.status, slug, error.title, error.message, field=error.field, **error.extra
-    )
+    detail = error.message
+    if error.field and error.field not in detail:
+        detail = f"{error.field}: {detail}"
+    return problem(error.status, slug, error.title, detail, field=error.field, **error.extra)
 
 
 def not_found(path: str) -> Response:

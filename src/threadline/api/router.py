@@ -93,7 +93,8 @@ class Router:
 
     def resolve(self, method: str, path: str) -> Match:
         """Find the route for ``method`` on ``path``; HEAD is served by a GET route."""
-        parts = tuple(path.strip("/").split("/")) if path.startswith("/") else ()
+        # Strict: a trailing slash or an empty segment is another path, not this one.
+        parts = tuple(path[1:].split("/")) if path.startswith("/") else ()
         allowed: list[str] = []
         for route in self.routes:
             params = route.match(parts)
