@@ -37,6 +37,23 @@ def _content_length(headers: dict[str, str]) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
+async def _read_capped(request: Any, cap: int) -> bytes | None:
+    """The request body, or None once it grows past ``cap`` (the stream is then cancelled)."""
+    stream = request.body
+    if stream is None or not hasattr(stream, "getReader"):
+        return b""
+    reader = stream.getReader()
+
+    async def next_chunk() -> bytes | None:
+        chunk = await reader.read()
+        return None if chunk.done else bytes(chunk.value.to_bytes())
+
+    body = await edge.read_capped(next_chunk, cap)
+    if body is None:
+        await reader.cancel()
+    return body
+
+
 class WorkerBase(WorkerEntrypoint):
     """The Worker: checks the token, ids and body size, then forwards to the space's object."""
 
@@ -59,14 +76,19 @@ class WorkerBase(WorkerEntrypoint):
         )
         if decision.response is not None:
             return _to_platform(decision.response)
-        body = await request.bytes() if method not in ("GET", "HEAD") else b""
-        if len(body) > config.max_body_bytes:
-            return _to_platform(edge.body_too_large(config.max_body_bytes))
+        body = b""
+        if method not in ("GET", "HEAD"):
+            read = await _read_capped(request, config.max_body_bytes)
+            if read is None:
+                return _to_platform(edge.body_too_large(config.max_body_bytes))
+            body = read
         stub = getattr(self.env, self.binding).getByName(decision.object_name)
         forwarded = await stub.fetch(
             str(request.url),
             method=method,
-            headers={k: v for k, v in headers.items() if k != "authorization"},
+            headers={
+                k: v for k, v in headers.items() if k != "authorization" and k not in _HOP_HEADERS
+            },
             body=body if body else None,
         )
         # Status and headers (Location, Allow, WWW-Authenticate...) pass through unchanged.

@@ -78,3 +78,30 @@ def test_token_comparison_uses_the_whole_secret() -> None:
     assert edge.token_matches(f"bearer {SECRET}", SECRET)
     assert not edge.token_matches(f"Bearer {SECRET[:-1]}", SECRET)
     assert not edge.token_matches("Bearer ", "")
+
+
+def _stream(sizes: list[int]) -> tuple[list[int], object]:
+    pulled: list[int] = []
+
+    async def next_chunk() -> bytes | None:
+        if len(pulled) == len(sizes):
+            return None
+        pulled.append(sizes[len(pulled)])
+        return b"x" * pulled[-1]
+
+    return pulled, next_chunk
+
+
+def test_a_streamed_body_is_read_whole_up_to_the_cap() -> None:
+    import asyncio
+
+    _, next_chunk = _stream([400, 400, 224])
+    assert asyncio.run(edge.read_capped(next_chunk, 1_024)) == b"x" * 1_024  # type: ignore[arg-type]
+
+
+def test_a_streamed_body_stops_being_read_past_the_cap() -> None:
+    import asyncio
+
+    pulled, next_chunk = _stream([600, 600, 600, 600])
+    assert asyncio.run(edge.read_capped(next_chunk, 1_024)) is None  # type: ignore[arg-type]
+    assert pulled == [600, 600]  # nothing is pulled after the cap is passed

@@ -87,3 +87,24 @@ def test_a_missing_secret_is_503_never_open(
         assert runtime.request("/v1/openapi.json").status == 200
     finally:
         runtime.stop()
+
+
+def test_a_chunked_body_is_capped_while_it_is_read(workerd: Runtime) -> None:
+    """Without a Content-Length the Worker counts the stream and stops at the cap."""
+
+    def chunks(total: int) -> Any:
+        sent = 0
+        while sent < total:
+            piece = min(65_536, total - sent)
+            sent += piece
+            yield b" " * piece
+
+    small = b'{"agent": "echo", "input": {"text": "chunked"}}'
+    ok = workerd.request(THREAD + "/submissions", method="POST", token=TOKEN,
+                         body=iter([small]),  # type: ignore[arg-type]
+                         headers={"transfer-encoding": "chunked"})
+    assert ok.status == 202, ok.body
+    big = workerd.request(THREAD + "/submissions", method="POST", token=TOKEN,
+                          body=chunks(2 * 1_048_576),  # type: ignore[arg-type]
+                          headers={"transfer-encoding": "chunked"})
+    assert big.status == 413, big.body

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hmac
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from threadline.api.http import Response
@@ -95,6 +96,24 @@ def body_too_large(max_body_bytes: int) -> Response:
     )
 
 
+async def read_capped(
+    next_chunk: Callable[[], Awaitable[bytes | None]], cap: int
+) -> bytes | None:
+    """Read a body chunk by chunk (``next_chunk`` returns None at its end).
+
+    Returns None as soon as more than ``cap`` bytes arrived, without pulling another chunk: a
+    body sent without a ``Content-Length`` (chunked) is refused without being buffered whole.
+    """
+    chunks: list[bytes] = []
+    total = 0
+    while (chunk := await next_chunk()) is not None:
+        total += len(chunk)
+        if total > cap:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def unauthorized() -> Response:
     """401 that says nothing about what was wrong with the credentials."""
     return typed_problem("unauthorized", headers={"www-authenticate": "Bearer"})
@@ -116,6 +135,7 @@ __all__ = [
     "EdgeDecision",
     "body_too_large",
     "decide",
+    "read_capped",
     "token_matches",
     "unauthorized",
     "unconfigured",
