@@ -156,9 +156,9 @@ def test_an_unexpected_failure_is_a_bare_500(api: Api, monkeypatch: pytest.Monke
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("secret internals")
 
-    monkeypatch.setattr(api.space.runtime.ledger, "thread_open", broken)
-    api.submit("t1", {"text": "x"}, agent="echo")
-    response = api.call("GET", THREAD)
+    sub = api.submit("t1", {"text": "x"}, agent="echo").json()["id"]
+    monkeypatch.setattr(api.space.runtime.ledger, "get", broken)
+    response = api.call("GET", f"{THREAD}/submissions/{sub}")
     assert response.status == 500
     assert response.json()["type"] == "urn:threadline:problem:internal"
     assert b"secret internals" not in response.body

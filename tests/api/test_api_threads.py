@@ -77,3 +77,10 @@ def test_a_thread_without_records_has_an_empty_history(api: Api) -> None:
     api.submit("t1", {"text": "x"}, agent="echo")
     response = api.call("GET", api.thread_path("t1") + "/history")
     assert response.status == 200 and response.json()["records"] == []
+
+
+def test_the_summary_lists_the_first_hundred_open_submissions(api: Api) -> None:
+    ids = [api.submit("t1", {"text": str(n)}, agent="echo").json()["id"] for n in range(101)]
+    body = api.call("GET", api.thread_path("t1")).json()
+    assert body["open_submissions"] == 101
+    assert [s["id"] for s in body["open"]] == ids[:100]

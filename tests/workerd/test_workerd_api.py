@@ -108,3 +108,35 @@ def test_a_chunked_body_is_capped_while_it_is_read(workerd: Runtime) -> None:
                           body=chunks(2 * 1_048_576),  # type: ignore[arg-type]
                           headers={"transfer-encoding": "chunked"})
     assert big.status == 413, big.body
+
+
+def _percentiles(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return (ordered[len(ordered) // 2] * 1000,
+            ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000)
+
+
+def test_warm_latency_of_admit_and_summary(workerd: Runtime) -> None:
+    """Measured over real HTTP through the Worker and the object; a loose regression guard."""
+    import time
+
+    thread = "/v1/spaces/api-latency/threads/t1"
+    payload = json.dumps({"agent": "echo", "input": {"text": "hi"}}).encode()
+    for _ in range(5):  # warm the object and its imports
+        workerd.request(thread + "/submissions", method="POST", token=TOKEN, body=payload)
+    admit: list[float] = []
+    summary: list[float] = []
+    for _ in range(100):
+        started = time.perf_counter()
+        reply = workerd.request(thread + "/submissions", method="POST", token=TOKEN, body=payload)
+        admit.append(time.perf_counter() - started)
+        assert reply.status == 202
+        started = time.perf_counter()
+        reply = workerd.request(thread, token=TOKEN)
+        summary.append(time.perf_counter() - started)
+        assert reply.status == 200
+    admit_p50, admit_p99 = _percentiles(admit)
+    summary_p50, summary_p99 = _percentiles(summary)
+    print(f"warm latency ms, admit p50 {admit_p50:.1f} p99 {admit_p99:.1f}; "
+          f"summary p50 {summary_p50:.1f} p99 {summary_p99:.1f}")
+    assert admit_p50 < 1_000 and summary_p50 < 1_000

@@ -204,7 +204,7 @@ class ThreadPage(_Response):
 
 
 class ThreadSummary(ThreadItem):
-    """A Thread with its open submissions in FIFO order."""
+    """A Thread with its open submissions in FIFO order (the first 100; the count is exact)."""
 
     open: list[OpenSubmission]
 

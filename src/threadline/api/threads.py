@@ -11,6 +11,9 @@ from threadline.errors import NotFound
 from threadline.threads import outbox, views
 from threadline.threads.model import decode_json
 
+#: A summary lists at most this many open submissions (the head first); the count is exact.
+OPEN_LISTED = 100
+
 
 def _thread(ctx: ApiContext, thread_id: str) -> views.ThreadRecord:
     record = views.thread(ctx.storage, thread_id)
@@ -33,9 +36,9 @@ async def list_threads(ctx: ApiContext, request: Request, params: dict[str, str]
 
 
 async def get_thread(ctx: ApiContext, request: Request, params: dict[str, str]) -> Response:
-    """``GET .../threads/{thread}``: the Thread and its open submissions in FIFO order."""
+    """``GET .../threads/{thread}``: the Thread and its first open submissions in FIFO order."""
     record = _thread(ctx, params["thread"])
-    open_items = ctx.ledger.thread_open(record.id)
+    open_items = views.open_submissions(ctx.storage, record.id, limit=OPEN_LISTED)
     return model_response(200, thread_summary(record, open_items))
 
 

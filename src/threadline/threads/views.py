@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from threadline.storage.port import Row, Storage
-from threadline.threads.model import JsonValue, decode_json
+from threadline.threads.ledger import work_item
+from threadline.threads.model import JsonValue, WorkItem, decode_json
 
 # The open count reads the partial index tl_submissions_open, so it follows open work only.
 _THREADS_PAGE = (
@@ -21,6 +22,11 @@ _THREAD = (
     "SELECT t.id, t.next_seq, t.history_seq, t.created_at, t.updated_at,"
     " (SELECT COUNT(*) FROM tl_submissions s WHERE s.thread_id = t.id AND s.state <> 'settled')"
     " AS open_count FROM tl_threads t WHERE t.id = ?"
+)
+# The same predicate as the partial index tl_submissions_open: it reads open work only.
+_OPEN_PAGE = (
+    "SELECT id, thread_id, seq, agent, state, revision, attempts, not_before, lease_expires_at"
+    " FROM tl_submissions WHERE state <> 'settled' AND thread_id = ? ORDER BY seq LIMIT ?"
 )
 _LATEST_AGENT = "SELECT agent FROM tl_submissions WHERE thread_id = ? ORDER BY seq DESC LIMIT 1"
 _WAITS_OF = (
@@ -94,6 +100,11 @@ def thread(storage: Storage, thread_id: str) -> ThreadRecord | None:
     return None if row is None else _thread(row)
 
 
+def open_submissions(storage: Storage, thread_id: str, *, limit: int) -> list[WorkItem]:
+    """The Thread's first ``limit`` open submissions in FIFO order (control columns only)."""
+    return [work_item(row) for row in storage.exec(_OPEN_PAGE, thread_id, limit)]
+
+
 def latest_agent(storage: Storage, thread_id: str) -> str | None:
     """The agent the Thread's newest submission named, or None for a new Thread."""
     row = storage.exec(_LATEST_AGENT, thread_id).first()
@@ -139,6 +150,7 @@ __all__ = [
     "WaitRecord",
     "journal_of",
     "latest_agent",
+    "open_submissions",
     "thread",
     "threads_page",
     "waits_of",
