@@ -58,6 +58,11 @@ CASES: list[tuple[str, str, Any, int, str, str | None]] = [
      422, "validation", "idempotency_key"),
     ("POST", THREAD + "/submissions", {"input": "\ud800", "agent": "echo"}, 422, "validation",
      "input"),
+    ("POST", THREAD + "/submissions", b'{"agent": "echo", "input": ' + b"[" * 128 + b"]" * 128
+     + b"}", 422, "validation", "input"),
+    ("POST", THREAD + "/submissions/{waiting}/approvals/confirm",
+     b'{"approved": true, "payload": {"a": ' + b"[" * 200 + b"]" * 200 + b"}}", 422,
+     "validation", "payload"),
     ("POST", THREAD + "/submissions/{queued}/abort", {"reason": 5}, 422, "validation", "reason"),
     ("POST", THREAD + "/submissions/{queued}/abort", {"reason": "x" * 2_001}, 422,
      "validation", "reason"),

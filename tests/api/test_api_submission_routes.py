@@ -8,6 +8,7 @@ import pytest
 from api_support import Api, make_api
 
 from threadline import Application, ManualClock, Turn
+from threadline.api.models import SubmissionDetail
 from threadline.errors import Evicted
 
 
@@ -206,3 +207,42 @@ def test_resolving_a_submission_that_is_not_unknown_is_409(api: Api) -> None:
     response = api.call("POST", api.submission_path("t1", sub) + "/resolve", {"action": "retry"})
     assert response.status == 409
     assert api.dump() == before
+
+
+def _nest(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def test_deep_json_round_trips_up_to_the_limit_and_deep_results_render(
+    clock: ManualClock,
+) -> None:
+    def extend(app: Application) -> None:
+        @app.agent("deep")
+        async def deep(turn: Turn) -> Any:
+            return _nest(400)  # deeper than pydantic's serializer allows
+
+    api = make_api(clock, extend)
+    sub = api.submit("t1", _nest(127), agent="deep")
+    assert sub.status == 202 and sub.json()["input"] == _nest(127)
+    api.drive()
+    done = _get(api, "t1", sub.json()["id"])
+    assert done["outcome"] == "completed" and done["result"] == _nest(400)
+
+
+def test_plain_rendering_equals_pydantic_json_mode(api: Api) -> None:
+    from threadline.api.http import plain
+    from threadline.api.models import MaintenanceView
+
+    sub = _submit(api, "t1", "x", "confirm")
+    api.drive()
+    detail = api.call("GET", api.submission_path("t1", sub)).json()
+    model = SubmissionDetail.model_validate(detail)
+    assert plain(model) == model.model_dump(mode="json") == detail
+    report = MaintenanceView.model_validate(
+        {**api.call("GET", "/v1/spaces/acme/maintenance").json(),
+         "faults": [{"thread_id": "t", "attempts": 1, "first_failed_at": 1, "last_failed_at": 1,
+                     "retry_at": None, "failure": None, "extra_member": [1]}]})
+    assert plain(report) == report.model_dump(mode="json")

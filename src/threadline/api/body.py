@@ -18,6 +18,9 @@ from threadline.errors import ValidationFailed
 
 M = TypeVar("M", bound=BaseModel)
 
+#: Deepest nesting of arrays and objects a request body may have (the body itself is level 1).
+MAX_JSON_DEPTH = 128
+
 
 def _refuse_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
@@ -36,6 +39,23 @@ def parse_json(raw: bytes) -> Any:
         return json.loads(text, parse_constant=_refuse_constant)
     except (ValueError, RecursionError) as exc:
         raise MalformedJson(f"the body is not valid JSON: {exc}") from exc
+
+
+def deepest_member(body: dict[str, Any], limit: int) -> str | None:
+    """The first top-level member of ``body`` nested deeper than ``limit``, or None.
+
+    Iterative, so a deep value cannot exhaust the stack while it is measured.
+    """
+    for name, member in body.items():
+        stack = [(member, 2)]
+        while stack:
+            value, depth = stack.pop()
+            if isinstance(value, dict | list):
+                if depth > limit:
+                    return name
+                children = value.values() if isinstance(value, dict) else value
+                stack.extend((child, depth + 1) for child in children)
+    return None
 
 
 def field_path(loc: tuple[int | str, ...]) -> str:
@@ -58,6 +78,11 @@ def read_body(request: Request, model: type[M]) -> M:
     value = parse_json(request.body)
     if not isinstance(value, dict):
         raise ValidationFailed("the body must be a JSON object", field="body")
+    deep = deepest_member(value, MAX_JSON_DEPTH)
+    if deep is not None:
+        raise ValidationFailed(
+            f"{deep} nests deeper than {MAX_JSON_DEPTH} levels", field=deep
+        )
     try:
         return model.model_validate(value)
     except ValidationError as exc:
@@ -73,4 +98,11 @@ def read_query(request: Request, model: type[M]) -> M:
         raise _schema_violation(exc, where="query parameter") from exc
 
 
-__all__ = ["field_path", "parse_json", "read_body", "read_query"]
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "deepest_member",
+    "field_path",
+    "parse_json",
+    "read_body",
+    "read_query",
+]

@@ -64,11 +64,25 @@ def json_response(
     return Response(status, {"content-type": content_type, **(headers or {})}, body.encode())
 
 
+def plain(value: Any) -> Any:
+    """``value`` with every model turned into a dict: JSON-ready for ``json.dumps``.
+
+    The response models hold only JSON types, so this equals ``model_dump(mode="json")``, but
+    it leaves JSON values (inputs, results, record bodies) as they are: pydantic's serializer
+    refuses values nested deeper than about 250 levels, which stored JSON may be.
+    """
+    if isinstance(value, BaseModel):
+        return {name: plain(item) for name, item in value}
+    if isinstance(value, list):
+        return [plain(item) for item in value]
+    return value
+
+
 def model_response(
     status: int, model: BaseModel, *, headers: dict[str, str] | None = None
 ) -> Response:
     """A JSON response whose body is ``model`` (as documented by the OpenAPI schema)."""
-    return json_response(status, model.model_dump(mode="json"), headers=headers)
+    return json_response(status, plain(model), headers=headers)
 
 
-__all__ = ["Request", "Response", "json_response", "model_response"]
+__all__ = ["Request", "Response", "json_response", "model_response", "plain"]
