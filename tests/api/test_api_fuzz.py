@@ -66,7 +66,8 @@ def bodies_for(operation_id: str) -> Any:
 
 
 queries = st.dictionaries(st.sampled_from(["after", "limit", "other"]),
-                          st.one_of(st.integers(-5, 2_000).map(str), st.text(ID_CHARS,
+                          st.one_of(st.integers(-5, 2_000).map(str),
+                                    st.integers(2**50, 2**70).map(str), st.text(ID_CHARS,
                                                                            max_size=4)),
                           max_size=2)
 

@@ -15,6 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field
 #: The pattern every id in a path or body follows (``.`` and ``..`` are refused besides).
 ID_REGEX = r"^[A-Za-z0-9._:-]{1,128}$"
 
+#: The largest integer every runtime (JavaScript's numbers included) represents exactly.
+MAX_SAFE_INTEGER = 2**53 - 1
+
 #: Any JSON value.
 Json = Any
 
@@ -86,7 +89,7 @@ class ThreadsQuery(_Query):
 class HistoryQuery(_Query):
     """Paging of a Thread's history by record sequence number."""
 
-    after: int = Field(0, ge=0, description="Start after this history seq.")
+    after: int = Field(0, ge=0, le=MAX_SAFE_INTEGER, description="Start after this history seq.")
     limit: int = Field(100, ge=1, le=1_000)
 
 
@@ -348,6 +351,7 @@ class Problem(BaseModel):
 
 __all__ = [
     "ID_REGEX",
+    "MAX_SAFE_INTEGER",
     "AbortRequest",
     "AbortView",
     "ApprovalRequest",
