@@ -1,6 +1,6 @@
 """The thread API through the real Worker and object (src/entry.py as shipped) over HTTP.
 
-Work is not run by the alarm on this branch yet, so these tests cover admission, reads and
+The maintenance pass does not run agents yet, so these tests cover admission, reads and
 every edge refusal; runs that settle are covered under CPython (tests/api).
 """
 
