@@ -115,3 +115,30 @@ def test_submissions_of_another_space_path_share_the_object(clock: ManualClock) 
     response = api.call("POST", "/v1/spaces/other/threads/t/submissions",
                         {"agent": "echo", "input": {"text": "x"}})
     assert response.headers["location"].startswith("/v1/spaces/other/threads/t/submissions/")
+
+
+def test_a_replay_without_agent_keeps_the_first_agent(api: Api) -> None:
+    first = api.submit("t1", {"text": "hi"}, agent="confirm", idempotency_key="k")
+    api.submit("t1", {"text": "next"}, agent="echo")  # the Thread's last agent is now echo
+    before = api.dump()
+    again = api.submit("t1", {"text": "hi"}, idempotency_key="k")
+    assert again.status == 200 and again.json()["id"] == first.json()["id"]
+    assert api.dump() == before
+
+
+def test_a_replay_is_answered_after_its_agent_is_unregistered(clock: ManualClock) -> None:
+    api = make_api(clock)
+    first = api.submit("t1", {"text": "hi"}, agent="confirm", idempotency_key="k").json()
+    smaller = Application()
+
+    @smaller.agent("echo")
+    async def echo(turn: Turn) -> int:
+        return 1
+
+    api.app = smaller
+    api.build()  # a deployment without confirm, over the same storage
+    for fields in ({"agent": "confirm"}, {}):
+        again = api.submit("t1", {"text": "hi"}, idempotency_key="k", **fields)
+        assert again.status == 200 and again.json()["id"] == first["id"]
+    other = api.submit("t1", {"text": "hi"}, agent="confirm", idempotency_key="k2")
+    assert other.status == 422 and other.json()["field"] == "agent"

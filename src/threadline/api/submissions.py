@@ -29,12 +29,21 @@ def submission_location(space: str, thread: str, submission_id: str) -> str:
     return f"/v1/spaces/{space}/threads/{thread}/submissions/{submission_id}"
 
 
-def choose_agent(ctx: ApiContext, thread: str, named: str | None) -> str:
+def choose_agent(
+    ctx: ApiContext, thread: str, named: str | None, idempotency_key: str | None = None
+) -> str:
     """The agent a submission runs: the one named, else the Thread's last, else the only one.
 
-    An agent this deployment does not register is refused (422): admitting it would park the
-    submission until some deployment registers that name, which for a typo is never.
+    A replayed idempotency key keeps the agent of its first admission, so a replay that names
+    no agent (or the same one) is answered as a replay even if the Thread has moved on to
+    another agent, or this deployment no longer registers that one. Otherwise an agent this
+    deployment does not register is refused (422): admitting it would park the submission
+    until some deployment registers that name, which for a typo is never.
     """
+    if idempotency_key is not None:
+        prior = views.keyed_agent(ctx.storage, thread, idempotency_key)
+        if prior is not None and named in (None, prior):
+            return prior
     agent = named if named is not None else views.latest_agent(ctx.storage, thread)
     registered = [binding.name for binding in ctx.agents]
     if agent is None:
@@ -66,7 +75,7 @@ async def submit(ctx: ApiContext, request: Request, params: dict[str, str]) -> R
     """``POST .../threads/{thread}/submissions``: 202 when admitted, 200 on an exact replay."""
     thread = params["thread"]
     body = read_body(request, SubmitRequest)
-    agent = choose_agent(ctx, thread, body.agent)
+    agent = choose_agent(ctx, thread, body.agent, body.idempotency_key)
     admission = ctx.ledger.admit(thread, agent, body.input, body.idempotency_key)
     view = submission_view(admission.submission)
     location = {"location": submission_location(params["space"], thread, view.id)}

@@ -28,6 +28,7 @@ _OPEN_PAGE = (
     "SELECT id, thread_id, seq, agent, state, revision, attempts, not_before, lease_expires_at"
     " FROM tl_submissions WHERE state <> 'settled' AND thread_id = ? ORDER BY seq LIMIT ?"
 )
+_KEYED_AGENT = "SELECT agent FROM tl_submissions WHERE thread_id = ? AND idempotency_key = ?"
 _LATEST_AGENT = "SELECT agent FROM tl_submissions WHERE thread_id = ? ORDER BY seq DESC LIMIT 1"
 _WAITS_OF = (
     "SELECT kind, wait_key, state, payload_json, decision_json, wake_at, created_at,"
@@ -105,6 +106,12 @@ def open_submissions(storage: Storage, thread_id: str, *, limit: int) -> list[Wo
     return [work_item(row) for row in storage.exec(_OPEN_PAGE, thread_id, limit)]
 
 
+def keyed_agent(storage: Storage, thread_id: str, idempotency_key: str) -> str | None:
+    """The agent of the Thread's submission admitted with ``idempotency_key``, if any."""
+    row = storage.exec(_KEYED_AGENT, thread_id, idempotency_key).first()
+    return None if row is None else str(row["agent"])
+
+
 def latest_agent(storage: Storage, thread_id: str) -> str | None:
     """The agent the Thread's newest submission named, or None for a new Thread."""
     row = storage.exec(_LATEST_AGENT, thread_id).first()
@@ -149,6 +156,7 @@ __all__ = [
     "ThreadRecord",
     "WaitRecord",
     "journal_of",
+    "keyed_agent",
     "latest_agent",
     "open_submissions",
     "thread",
