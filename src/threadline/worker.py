@@ -37,6 +37,12 @@ def _content_length(headers: dict[str, str]) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
+def _secret(env: Any) -> str | None:
+    """The API token, or None when it is not configured (only a string counts)."""
+    value = getattr(env, TOKEN_SECRET, None)
+    return value if isinstance(value, str) and value else None
+
+
 async def _read_capped(request: Any, cap: int) -> bytes | None:
     """The request body, or None once it grows past ``cap`` (the stream is then cancelled)."""
     stream = request.body
@@ -70,7 +76,7 @@ class WorkerBase(WorkerEntrypoint):
             method,
             path,
             headers.get("authorization"),
-            getattr(self.env, TOKEN_SECRET, None),
+            _secret(self.env),
             _content_length(headers),
             config.max_body_bytes,
         )
