@@ -246,3 +246,27 @@ def test_plain_rendering_equals_pydantic_json_mode(api: Api) -> None:
          "faults": [{"thread_id": "t", "attempts": 1, "first_failed_at": 1, "last_failed_at": 1,
                      "retry_at": None, "failure": None, "extra_member": [1]}]})
     assert plain(report) == report.model_dump(mode="json")
+
+
+def test_abort_of_a_running_submission_is_durable_at_once_and_observed_later(api: Api) -> None:
+    import asyncio
+
+    from threadline.api.http import Request
+
+    sub = _submit(api, "t1", "x", "echo")
+    gate = api.failpoints.block_at("step:started")
+
+    async def scenario() -> tuple[dict[str, Any], Any]:
+        attempt = asyncio.create_task(api.space.runtime.process_thread_head("t1"))
+        while api.failpoints.hits("step:started") == 0:
+            await asyncio.sleep(0)
+        request = Request.from_url("POST", api.submission_path("t1", sub) + "/abort",
+                                   body=b'{"reason": "stop"}')
+        answer = (await api.space.handle(request)).json()
+        gate.release()
+        return answer, await attempt
+
+    answer, settlement = asyncio.run(scenario())
+    assert answer["state"] == "running" and answer["abort"]["state"] == "accepted"
+    assert settlement is not None and settlement.outcome.value == "aborted"
+    assert _get(api, "t1", sub)["outcome"] == "aborted"
