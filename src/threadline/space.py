@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 
+from threadline.api.context import ApiContext
 from threadline.api.http import Request, Response
 from threadline.api.routes import route
 from threadline.app import Application
@@ -20,6 +21,7 @@ from threadline.maintenance.faults import (
     RecoveryEvents,
     RecoveryFaults,
 )
+from threadline.maintenance.readout import MaintenanceReadout
 from threadline.scheduling import RECOVERY_EVENTS, Failpoints, Scheduler, build_scheduler
 from threadline.storage.port import Storage
 from threadline.storage.schema import migrate, schema_version
@@ -70,6 +72,17 @@ class Space:
             scheduler=self.scheduler, runtime=self.runtime, lanes=self.lanes,
             faults=self.faults, bindings=self.bindings,
         ))
+        self.api = ApiContext(
+            storage=storage,
+            ledger=self.runtime.ledger,
+            agents=app.agents,
+            config=config,
+            clock=self.clock,
+            due_queue=self.scheduler.due_queue,
+            wake=self.scheduler.alarm.schedule_now,
+            schema_version=lambda: self.schema_version,
+            maintenance=MaintenanceReadout(self.faults, self.bindings, self.maintenance.reports),
+        )
 
     async def start(self) -> None:
         """Before any event: bring the schema up to date, learn the alarm slot, adopt this
@@ -81,7 +94,7 @@ class Space:
 
     async def handle(self, request: Request) -> Response:
         """Answer one HTTP request addressed to this space."""
-        return await route(self, request)
+        return await route(self.api, request)
 
     async def alarm(self, retry_count: int = 0) -> PassReport:
         """Run one maintenance pass for a fired alarm (the platform has emptied the slot).

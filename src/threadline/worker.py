@@ -13,13 +13,15 @@ from urllib.parse import urlsplit
 from workers import DurableObject, Response, WorkerEntrypoint
 
 from threadline.api import edge
+from threadline.api.edge import TOKEN_SECRET
 from threadline.api.http import Request
 from threadline.api.http import Response as PlainResponse
 from threadline.app import Application
 from threadline.space import Space
 from threadline.storage.cloudflare import CloudflareStorage
 
-TOKEN_SECRET = "THREADLINE_API_TOKEN"  # noqa: S105 - the name of the secret, not its value
+#: Headers that describe one hop's framing, not the response: never copied between hops.
+_HOP_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive"})
 
 
 def _to_platform(response: PlainResponse) -> Response:
@@ -33,6 +35,29 @@ def _headers(js_request: Any) -> dict[str, str]:
 def _content_length(headers: dict[str, str]) -> int | None:
     value = headers.get("content-length")
     return int(value) if value is not None and value.isdigit() else None
+
+
+def _secret(env: Any) -> str | None:
+    """The API token, or None when it is not configured (only a string counts)."""
+    value = getattr(env, TOKEN_SECRET, None)
+    return value if isinstance(value, str) and value else None
+
+
+async def _read_capped(request: Any, cap: int) -> bytes | None:
+    """The request body, or None once it grows past ``cap`` (the stream is then cancelled)."""
+    stream = request.body
+    if stream is None or not hasattr(stream, "getReader"):
+        return b""
+    reader = stream.getReader()
+
+    async def next_chunk() -> bytes | None:
+        chunk = await reader.read()
+        return None if chunk.done else bytes(chunk.value.to_bytes())
+
+    body = await edge.read_capped(next_chunk, cap)
+    if body is None:
+        await reader.cancel()
+    return body
 
 
 class WorkerBase(WorkerEntrypoint):
@@ -51,27 +76,30 @@ class WorkerBase(WorkerEntrypoint):
             method,
             path,
             headers.get("authorization"),
-            getattr(self.env, TOKEN_SECRET, None),
+            _secret(self.env),
             _content_length(headers),
             config.max_body_bytes,
         )
         if decision.response is not None:
             return _to_platform(decision.response)
-        body = await request.bytes() if method not in ("GET", "HEAD") else b""
-        if len(body) > config.max_body_bytes:
-            return _to_platform(edge.body_too_large(config.max_body_bytes))
+        body = b""
+        if method not in ("GET", "HEAD"):
+            read = await _read_capped(request, config.max_body_bytes)
+            if read is None:
+                return _to_platform(edge.body_too_large(config.max_body_bytes))
+            body = read
         stub = getattr(self.env, self.binding).getByName(decision.object_name)
         forwarded = await stub.fetch(
             str(request.url),
             method=method,
-            headers={k: v for k, v in headers.items() if k != "authorization"},
+            headers={
+                k: v for k, v in headers.items() if k != "authorization" and k not in _HOP_HEADERS
+            },
             body=body if body else None,
         )
-        return Response(
-            await forwarded.bytes(),
-            status=forwarded.status,
-            headers={"content-type": forwarded.headers.get("content-type") or "application/json"},
-        )
+        # Status and headers (Location, Allow, WWW-Authenticate...) pass through unchanged.
+        headers = {k: v for k, v in _headers(forwarded).items() if k not in _HOP_HEADERS}
+        return Response(await forwarded.bytes(), status=forwarded.status, headers=headers)
 
 
 class ThreadObjectBase(DurableObject):

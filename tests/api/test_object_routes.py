@@ -21,7 +21,7 @@ def test_start_migrates_and_health_answers(clock: ManualClock) -> None:
 
 def test_unknown_routes_are_problem_404s(clock: ManualClock) -> None:
     space = _space(clock)
-    request = Request.from_url("POST", "https://x/v1/spaces/s/threads/t/submissions", body=b"{}")
+    request = Request.from_url("POST", "https://x/v1/spaces/s/threads/t/replies", body=b"{}")
     response = asyncio.run(space.handle(request))
     assert response.status == 404
     assert response.headers["content-type"] == PROBLEM_CONTENT_TYPE

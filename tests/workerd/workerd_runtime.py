@@ -108,9 +108,14 @@ class Runtime:
         method: str = "GET",
         token: str | None = None,
         timeout: float = 30.0,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
     ) -> Response:
-        headers = {"authorization": f"Bearer {token}"} if token else {}
-        req = urllib.request.Request(self.url + path, method=method, headers=headers)
+        sent = {"authorization": f"Bearer {token}"} if token else {}
+        sent.update(headers or {})
+        if body is not None:
+            sent.setdefault("content-type", "application/json")
+        req = urllib.request.Request(self.url + path, data=body, method=method, headers=sent)
         try:
             with urllib.request.urlopen(req, timeout=timeout) as reply:
                 return Response(reply.status, dict(reply.headers), reply.read())

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from pydantic import BaseModel
+
 
 @dataclass(frozen=True, slots=True)
 class Request:
@@ -50,10 +52,37 @@ class Response:
         return json.loads(self.body)
 
 
-def json_response(status: int, payload: Any, *, content_type: str = "application/json") -> Response:
+def json_response(
+    status: int,
+    payload: Any,
+    *,
+    content_type: str = "application/json",
+    headers: dict[str, str] | None = None,
+) -> Response:
     """A JSON response with compact, stable encoding."""
-    body = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
-    return Response(status, {"content-type": content_type}, body)
+    body = json.dumps(payload, separators=(",", ":"), sort_keys=True)
+    return Response(status, {"content-type": content_type, **(headers or {})}, body.encode())
 
 
-__all__ = ["Request", "Response", "json_response"]
+def plain(value: Any) -> Any:
+    """``value`` with every model turned into a dict: JSON-ready for ``json.dumps``.
+
+    The response models hold only JSON types, so this equals ``model_dump(mode="json")``, but
+    it leaves JSON values (inputs, results, record bodies) as they are: pydantic's serializer
+    refuses values nested deeper than about 250 levels, which stored JSON may be.
+    """
+    if isinstance(value, BaseModel):
+        return {name: plain(item) for name, item in value}
+    if isinstance(value, list):
+        return [plain(item) for item in value]
+    return value
+
+
+def model_response(
+    status: int, model: BaseModel, *, headers: dict[str, str] | None = None
+) -> Response:
+    """A JSON response whose body is ``model`` (as documented by the OpenAPI schema)."""
+    return json_response(status, plain(model), headers=headers)
+
+
+__all__ = ["Request", "Response", "json_response", "model_response", "plain"]

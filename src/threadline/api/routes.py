@@ -1,27 +1,132 @@
-"""The object's routes over the platform-neutral :class:`Request`/:class:`Response` pair."""
+"""The object's route table, and :func:`route`, which answers one request over it.
+
+The Worker has already checked the token, the ids and the body size (``api/edge.py``); the
+object checks ids and size again, so the simulated object and direct callers get the same
+answers. Every refusal is a problem response and writes nothing.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import logging
+from typing import Any
 
-from threadline.api.http import Request, Response, json_response
-from threadline.api.problems import not_found, problem, problem_from_error
+from threadline.api import maintenance as maintenance_routes
+from threadline.api import submissions, threads
+from threadline.api.context import ApiContext
+from threadline.api.http import Request, Response, json_response, model_response
+from threadline.api.models import (
+    AbortRequest,
+    ApprovalRequest,
+    ApprovalView,
+    Health,
+    HistoryPage,
+    HistoryQuery,
+    MaintenanceView,
+    ResolveRequest,
+    SubmissionDetail,
+    SubmissionView,
+    SubmitRequest,
+    ThreadPage,
+    ThreadsQuery,
+    ThreadSummary,
+)
+from threadline.api.openapi import build_document
+from threadline.api.problems import (
+    internal_error,
+    method_not_allowed,
+    not_found,
+    problem_from_error,
+    typed_problem,
+)
+from threadline.api.router import Route, Router, check_path_id
 from threadline.errors import ApiError
 
-if TYPE_CHECKING:
-    from threadline.space import Space
+HEALTH_PATH = "/v1/health"
+OPENAPI_PATH = "/v1/openapi.json"
+_SPACE = "/v1/spaces/{space}"
+_THREAD = _SPACE + "/threads/{thread}"
+_SUBMISSION = _THREAD + "/submissions/{submission}"
+
+_log = logging.getLogger("threadline.api")
 
 
-async def route(space: Space, request: Request) -> Response:
-    """Answer one request addressed to ``space``; API errors become problem responses."""
-    try:
-        if request.path == "/v1/health":
-            if request.method not in ("GET", "HEAD"):
-                return problem(405, "method-not-allowed", "Method not allowed")
-            return json_response(200, {"status": "ok", "schema_version": space.schema_version})
+async def _health(ctx: ApiContext, request: Request, params: dict[str, str]) -> Response:
+    return model_response(200, Health(status="ok", schema_version=ctx.schema_version()))
+
+
+_document: dict[str, Any] = {}
+
+
+async def _openapi(ctx: ApiContext, request: Request, params: dict[str, str]) -> Response:
+    if not _document:
+        _document.update(build_document(ROUTES))
+    return json_response(200, _document)
+
+
+ROUTES: list[Route] = [
+    Route("GET", HEALTH_PATH, _health, "health", "The object is up and migrated.",
+          {200: (Health, "Healthy.")}, authenticated=False),
+    Route("GET", OPENAPI_PATH, _openapi, "openapi", "This document.",
+          {200: (None, "The OpenAPI 3.1 document.")}, authenticated=False),
+    Route("GET", _SPACE + "/threads", threads.list_threads, "listThreads",
+          "Threads of the space in id order, paged.",
+          {200: (ThreadPage, "A page of Threads.")}, query=ThreadsQuery),
+    Route("GET", _THREAD, threads.get_thread, "getThread",
+          "A Thread and its open submissions.", {200: (ThreadSummary, "The Thread.")}),
+    Route("GET", _THREAD + "/history", threads.history, "getHistory",
+          "A Thread's canonical records, paged by seq.",
+          {200: (HistoryPage, "A page of records.")}, query=HistoryQuery),
+    Route("POST", _THREAD + "/submissions", submissions.submit, "submit",
+          "Submit input to a Thread (FIFO behind its earlier submissions).",
+          {202: (SubmissionView, "Admitted."),
+           200: (SubmissionView, "Replayed: the key was already used with this input.")},
+          body=SubmitRequest, problems=(409,), location=True),
+    Route("GET", _SUBMISSION, submissions.get_submission, "getSubmission",
+          "A submission: state, attempts, outcome, waits and journal summary.",
+          {200: (SubmissionDetail, "The submission.")}),
+    Route("POST", _SUBMISSION + "/abort", submissions.abort, "abortSubmission",
+          "Abort a submission (durable at once; a running Attempt stops at a step boundary).",
+          {200: (SubmissionDetail, "The submission after the abort request.")},
+          body=AbortRequest, problems=(409,)),
+    Route("POST", _SUBMISSION + "/approvals/{key}", submissions.approve, "decideApproval",
+          "Decide an approval the submission waits for.",
+          {200: (ApprovalView, "The decision.")}, body=ApprovalRequest, problems=(409,)),
+    Route("POST", _SUBMISSION + "/resolve", submissions.resolve, "resolveUnknown",
+          "Resolve an Unknown Outcome: retry the step, accept a result, or abort.",
+          {200: (SubmissionDetail, "The submission after the resolution.")},
+          body=ResolveRequest, problems=(409,)),
+    Route("GET", _SPACE + "/maintenance", maintenance_routes.maintenance, "getMaintenance",
+          "Lanes, generation record, alarm, faults, binding waits and recent pass reports.",
+          {200: (MaintenanceView, "The maintenance report.")}),
+]
+
+ROUTER = Router(ROUTES)
+
+
+async def route(ctx: ApiContext, request: Request) -> Response:
+    """Answer one request; API errors become problem responses, other failures a bare 500."""
+    found = ROUTER.resolve(request.method, request.path)
+    if found.route is None:
+        if found.allowed:
+            return method_not_allowed(request.method, found.allowed)
         return not_found(request.path)
+    try:
+        for name in found.route.params:
+            check_path_id(name, found.params[name])
+        if len(request.body) > ctx.config.max_body_bytes:
+            return typed_problem(
+                "payload-too-large", f"bodies are capped at {ctx.config.max_body_bytes} bytes",
+                field="body",
+            )
+        response = await found.route.handler(ctx, request, found.params)
     except ApiError as error:
         return problem_from_error(error)
+    except Exception:
+        _log.exception("unexpected failure answering %s %s", request.method, request.path)
+        return internal_error()
+    if request.method == "HEAD":
+        return Response(response.status, response.headers, b"")
+    return response
 
 
-__all__ = ["route"]
+__all__ = ["HEALTH_PATH", "OPENAPI_PATH", "ROUTER", "ROUTES", "route"]

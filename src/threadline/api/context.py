@@ -1,0 +1,80 @@
+"""What the routes need of an object, handed to them as one small value.
+
+The API layer sits below ``space``: it never sees a ``Space``, only the parts it uses. Whatever
+builds the object (``Space``) fills an :class:`ApiContext`; tests may build one directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from threadline.clock import Clock
+from threadline.config import RuntimeConfig
+from threadline.scheduling import DueQueue
+from threadline.storage.port import Storage
+from threadline.threads.agents import AgentRegistry
+from threadline.threads.ledger import Ledger
+
+
+class MaintenanceSources(Protocol):
+    """The parts of the maintenance report that the maintenance package owns.
+
+    Each method returns plain mappings shaped like the matching response model
+    (``FaultView``, ``BindingWaitView``, ``PassReportView``); unknown extra members are passed
+    through. ``threadline.maintenance.readout.MaintenanceReadout`` is the implementation a
+    ``Space`` wires in; :class:`NoMaintenanceSources` reports nothing (for contexts built
+    without a maintenance pass).
+    """
+
+    def faults(self) -> Sequence[Mapping[str, Any]]:
+        """Open recovery faults, one per blocked Thread."""
+        ...
+
+    def binding_waits(self) -> Sequence[Mapping[str, Any]]:
+        """Submissions parked because their agent is not registered."""
+        ...
+
+    def pass_reports(self) -> Sequence[Mapping[str, Any]]:
+        """The most recent pass reports, newest first."""
+        ...
+
+
+class NoMaintenanceSources:
+    """Reports nothing: the object keeps no faults, binding waits or pass reports yet."""
+
+    def faults(self) -> Sequence[Mapping[str, Any]]:
+        """No faults."""
+        return ()
+
+    def binding_waits(self) -> Sequence[Mapping[str, Any]]:
+        """No binding waits."""
+        return ()
+
+    def pass_reports(self) -> Sequence[Mapping[str, Any]]:
+        """No pass reports."""
+        return ()
+
+
+@dataclass(frozen=True, slots=True)
+class ApiContext:
+    """One object's parts, as the routes use them.
+
+    ``wake`` is the scheduler's droppable promptness hint (``AlarmService.schedule_now``): the
+    routes call it after a committed mutation that makes work runnable, so the head starts
+    within milliseconds instead of after the crash-fallback alarm's minimum delay.
+    """
+
+    storage: Storage
+    ledger: Ledger
+    agents: AgentRegistry
+    config: RuntimeConfig
+    clock: Clock
+    due_queue: DueQueue
+    wake: Callable[[], None]
+    schema_version: Callable[[], int]
+    maintenance: MaintenanceSources = field(default_factory=NoMaintenanceSources)
+
+
+__all__ = ["ApiContext", "MaintenanceSources", "NoMaintenanceSources"]

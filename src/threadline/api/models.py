@@ -1,0 +1,385 @@
+"""The HTTP API's request and response bodies, as pydantic models.
+
+Requests are strict (no coercion: ``"true"`` is not a boolean) and refuse unknown members, so a
+misspelt field is a 422 naming it rather than a value silently ignored. Responses are built
+through these models too, and ``GET /v1/openapi.json`` is generated from them: the document and
+the wire cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: The pattern every id in a path or body follows (``.`` and ``..`` are refused besides).
+ID_REGEX = r"^[A-Za-z0-9._:-]{1,128}$"
+
+#: The largest integer every runtime (JavaScript's numbers included) represents exactly.
+MAX_SAFE_INTEGER = 2**53 - 1
+
+#: Any JSON value.
+Json = Any
+
+#: A submission's state (see ``threadline.threads.SubmissionState``).
+StateName = Literal[
+    "queued", "ready", "running", "suspended", "unknown", "joined", "terminalizing", "settled"
+]
+#: The states of an open submission.
+OpenStateName = Literal[
+    "queued", "ready", "running", "suspended", "unknown", "joined", "terminalizing"
+]
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+class _Query(BaseModel):
+    # Query strings are text: numbers are parsed from it, so this model is not strict.
+    model_config = ConfigDict(extra="ignore")
+
+
+class _Response(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- requests ------------------------------------------------------------------------------
+
+
+class SubmitRequest(_Request):
+    """Input for a Thread. ``agent`` defaults to the Thread's last agent, or the only one."""
+
+    agent: str | None = Field(None, pattern=ID_REGEX, description="The agent to run.")
+    input: Json = Field(..., description="Any JSON value; the agent receives it as turn.input.")
+    idempotency_key: str | None = Field(
+        None,
+        pattern=ID_REGEX,
+        description="Replays with the same key and input return the first submission.",
+    )
+
+
+class AbortRequest(_Request):
+    """Abort a submission; a running Attempt stops at its next step boundary."""
+
+    reason: str | None = Field(None, max_length=2_000)
+
+
+class ApprovalRequest(_Request):
+    """Decide an approval the agent is waiting for."""
+
+    approved: bool
+    payload: Json = Field(None, description="Any JSON value handed to the agent.")
+
+
+class ResolveRequest(_Request):
+    """Resolve an Unknown Outcome: run the step again, accept a result for it, or abort."""
+
+    action: Literal["retry", "accept", "abort"]
+    result: Json = Field(None, description="The step's result; required with action accept.")
+
+
+class ThreadsQuery(_Query):
+    """Paging of the Thread list (keyset: the last id of the previous page)."""
+
+    after: str | None = Field(None, pattern=ID_REGEX, description="Start after this Thread id.")
+    limit: int = Field(100, ge=1, le=1_000)
+
+
+class HistoryQuery(_Query):
+    """Paging of a Thread's history by record sequence number."""
+
+    after: int = Field(0, ge=0, le=MAX_SAFE_INTEGER, description="Start after this history seq.")
+    limit: int = Field(100, ge=1, le=1_000)
+
+
+# -- responses -----------------------------------------------------------------------------
+
+
+class Health(_Response):
+    """The object is up and its schema migrated."""
+
+    status: Literal["ok"]
+    schema_version: int
+
+
+class SubmissionView(_Response):
+    """A submission: its input, where it stands, and how it ended."""
+
+    id: str
+    thread_id: str
+    seq: int = Field(description="FIFO position in the Thread, from 1.")
+    agent: str
+    idempotency_key: str | None
+    state: StateName
+    outcome: Literal["completed", "failed", "aborted"] | None
+    input: Json
+    result: Json
+    error: Json
+    attempts: int
+    not_before: int | None = Field(description="Epoch ms before which no Attempt starts.")
+    lease_expires_at: int | None
+    created_at: int
+    updated_at: int
+    settled_at: int | None
+
+
+class WaitView(_Response):
+    """Something a submission waited or waits for: an approval, a timer, an Unknown Outcome."""
+
+    kind: Literal["approval", "timer", "unknown", "event"]
+    key: str
+    state: Literal["open", "resolved", "cancelled"]
+    payload: Json
+    decision: Json
+    wake_at: int | None
+    created_at: int
+    resolved_at: int | None
+
+
+class JournalStepView(_Response):
+    """One journaled step, without its value."""
+
+    key: str
+    position: int
+    effect: Literal["idempotent", "uncertain"]
+    state: Literal["started", "finished", "failed"]
+    attempt: int
+    started_at: int
+    finished_at: int | None
+
+
+class JournalSummary(_Response):
+    """How far the submission's durable work got."""
+
+    steps: int
+    finished: int
+    failed: int
+    in_flight: int = Field(description="Steps started and not finished (uncertain steps only).")
+    entries: list[JournalStepView]
+
+
+class AbortView(_Response):
+    """The submission's abort intent."""
+
+    state: Literal["requested", "accepted", "applied"]
+    reason: str | None
+    requested_at: int
+    applied_at: int | None
+
+
+class SubmissionDetail(SubmissionView):
+    """A submission with its waits, journal summary and abort intent."""
+
+    waits: list[WaitView]
+    journal: JournalSummary
+    abort: AbortView | None
+
+
+class OpenSubmission(_Response):
+    """An open submission of a Thread, control fields only."""
+
+    id: str
+    seq: int
+    agent: str
+    state: OpenStateName
+    attempts: int
+    not_before: int | None
+    lease_expires_at: int | None
+
+
+class ThreadItem(_Response):
+    """A Thread in the list."""
+
+    id: str
+    submissions: int = Field(description="Submissions ever admitted.")
+    open_submissions: int
+    history_seq: int = Field(description="Seq of the newest history record (0: none).")
+    created_at: int
+    updated_at: int
+
+
+class ThreadPage(_Response):
+    """A page of Threads; ``next`` is the ``after`` of the next page, null on the last."""
+
+    threads: list[ThreadItem]
+    next: str | None
+
+
+class ThreadSummary(ThreadItem):
+    """A Thread with its open submissions in FIFO order (the first 100; the count is exact)."""
+
+    open: list[OpenSubmission]
+
+
+class HistoryRecord(_Response):
+    """One canonical record of a Thread."""
+
+    seq: int
+    record_id: str
+    submission_id: str | None
+    kind: str
+    body: Json
+    created_at: int
+
+
+class HistoryPage(_Response):
+    """A page of history; ``next`` is the ``after`` of the next page, null on the last."""
+
+    thread_id: str
+    records: list[HistoryRecord]
+    next: int | None
+
+
+class ApprovalView(_Response):
+    """A decided approval and the submission's state after the decision."""
+
+    submission_id: str
+    key: str
+    approved: bool
+    payload: Json
+    state: StateName
+
+
+class LaneView(_Response):
+    """One maintenance lane of the due queue."""
+
+    id: str
+    state: Literal["idle", "due", "parked"]
+    due_at: int | None
+    not_before: int
+    stalls: int
+    revision: int
+    reported: bool
+    cursor: int
+
+
+class NativeRetryView(_Response):
+    """A durable backoff of native work for one generation."""
+
+    generation: int
+    not_before: int
+    native_only: bool
+    stalls: int
+
+
+class GenerationView(_Response):
+    """The generation record: whether the object owes native work."""
+
+    dirty: int
+    processed: int
+    caught_up: bool = Field(description="processed >= dirty with no native retry pending.")
+    nonterminal: int
+    last_served_thread: str | None
+    last_recovered_thread: str | None
+    last_after_native_lane: str | None
+    binding_registry_key: str | None
+    retry: NativeRetryView | None
+    recovery_event_seq: int
+    recovery_event_ack: int
+
+
+class FaultView(_Response):
+    """A Thread whose recovery is blocked."""
+
+    model_config = ConfigDict(extra="allow")
+
+    thread_id: str
+    attempts: int
+    first_failed_at: int
+    last_failed_at: int
+    retry_at: int | None
+    failure: Json
+
+
+class BindingWaitView(_Response):
+    """A submission parked because its agent is not registered in this deployment."""
+
+    model_config = ConfigDict(extra="allow")
+
+    submission_id: str
+    thread_id: str
+    agent: str
+    since: int
+
+
+class PassReportView(_Response):
+    """What one maintenance pass did."""
+
+    model_config = ConfigDict(extra="allow")
+
+    phase: Literal["caught-up", "actionable", "failed"]
+    alarm: Literal["rearmed", "cleared"] | None = Field(
+        description="The pass's alarm decision; none for a failed pass.")
+    recovered: int
+    settled: int
+    nonterminal: int
+    rows_read: int
+    rows_written: int
+    duration_ms: int
+
+
+class MaintenanceView(_Response):
+    """The object's maintenance state: lanes, generation, alarm, faults and recent passes."""
+
+    alarm: int | None = Field(description="The alarm slot as this object last wrote or read it.")
+    lanes: list[LaneView]
+    generation: GenerationView
+    faults: list[FaultView]
+    binding_waits: list[BindingWaitView]
+    pass_reports: list[PassReportView] = Field(description="Newest first.")
+
+
+class FieldError(_Response):
+    """One offending field of a refused request."""
+
+    field: str
+    message: str
+
+
+class Problem(BaseModel):
+    """An RFC 9457 problem: ``type`` is a stable URN, ``detail`` names the offending field."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    title: str
+    status: int
+    detail: str | None = None
+    field: str | None = None
+    errors: list[FieldError] | None = None
+
+
+__all__ = [
+    "ID_REGEX",
+    "MAX_SAFE_INTEGER",
+    "AbortRequest",
+    "AbortView",
+    "ApprovalRequest",
+    "ApprovalView",
+    "BindingWaitView",
+    "FaultView",
+    "FieldError",
+    "GenerationView",
+    "Health",
+    "HistoryPage",
+    "HistoryQuery",
+    "HistoryRecord",
+    "JournalStepView",
+    "JournalSummary",
+    "LaneView",
+    "MaintenanceView",
+    "NativeRetryView",
+    "OpenSubmission",
+    "PassReportView",
+    "Problem",
+    "ResolveRequest",
+    "SubmissionDetail",
+    "SubmissionView",
+    "SubmitRequest",
+    "ThreadItem",
+    "ThreadPage",
+    "ThreadSummary",
+    "ThreadsQuery",
+    "WaitView",
+]

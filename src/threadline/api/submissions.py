@@ -1,0 +1,145 @@
+"""Submission routes: submit, read, abort, decide an approval, resolve an Unknown Outcome.
+
+Each mutating route validates everything it can before the ledger's one transaction, so a
+refused request writes nothing; after a committed change that can make work runnable it asks
+the scheduler for a prompt pass (``ctx.wake``), a droppable hint on top of the crash-fallback
+alarm that the transaction already armed.
+"""
+
+from __future__ import annotations
+
+from threadline.api.body import read_body
+from threadline.api.context import ApiContext
+from threadline.api.http import Request, Response, model_response
+from threadline.api.models import (
+    AbortRequest,
+    ApprovalRequest,
+    ApprovalView,
+    ResolveRequest,
+    SubmitRequest,
+)
+from threadline.api.views import submission_detail, submission_view
+from threadline.errors import NotFound, ValidationFailed
+from threadline.threads import views
+from threadline.threads.model import Submission, SubmissionState
+
+
+def submission_location(space: str, thread: str, submission_id: str) -> str:
+    """The path of a submission's resource."""
+    return f"/v1/spaces/{space}/threads/{thread}/submissions/{submission_id}"
+
+
+def choose_agent(
+    ctx: ApiContext, thread: str, named: str | None, idempotency_key: str | None = None
+) -> str:
+    """The agent a submission runs: the one named, else the Thread's last, else the only one.
+
+    A replayed idempotency key keeps the agent of its first admission, so a replay that names
+    no agent (or the same one) is answered as a replay even if the Thread has moved on to
+    another agent, or this deployment no longer registers that one. Otherwise an agent this
+    deployment does not register is refused (422): admitting it would park the submission
+    until some deployment registers that name, which for a typo is never.
+    """
+    if idempotency_key is not None:
+        prior = views.keyed_agent(ctx.storage, thread, idempotency_key)
+        if prior is not None and named in (None, prior):
+            return prior
+    agent = named if named is not None else views.latest_agent(ctx.storage, thread)
+    registered = [binding.name for binding in ctx.agents]
+    if agent is None:
+        if len(registered) == 1:
+            return registered[0]
+        raise ValidationFailed(
+            "agent is required: this deployment registers "
+            + (", ".join(registered) if registered else "no agents"),
+            field="agent",
+        )
+    if agent not in ctx.agents:
+        raise ValidationFailed(
+            f"agent {agent!r} is not registered; registered: {', '.join(registered) or 'none'}",
+            field="agent",
+        )
+    return agent
+
+
+def owned(ctx: ApiContext, thread: str, submission_id: str) -> Submission:
+    """The submission if it belongs to ``thread``; 404 otherwise."""
+    submission = ctx.ledger.get(submission_id)
+    if submission.thread_id != thread:
+        raise NotFound(f"no submission {submission_id!r} in thread {thread!r}",
+                       field="submission")
+    return submission
+
+
+async def submit(ctx: ApiContext, request: Request, params: dict[str, str]) -> Response:
+    """``POST .../threads/{thread}/submissions``: 202 when admitted, 200 on an exact replay."""
+    thread = params["thread"]
+    body = read_body(request, SubmitRequest)
+    agent = choose_agent(ctx, thread, body.agent, body.idempotency_key)
+    admission = ctx.ledger.admit(thread, agent, body.input, body.idempotency_key)
+    view = submission_view(admission.submission)
+    location = {"location": submission_location(params["space"], thread, view.id)}
+    if not admission.created:
+        return model_response(200, view, headers=location)
+    # The admission committed with its alarm a minimum delay away; this asks for sooner.
+    ctx.wake()
+    return model_response(202, view, headers=location)
+
+
+async def get_submission(ctx: ApiContext, request: Request, params: dict[str, str]) -> Response:
+    """``GET .../submissions/{submission}``: state, attempts, outcome, waits, journal."""
+    submission = owned(ctx, params["thread"], params["submission"])
+    return model_response(200, submission_detail(ctx.storage, ctx.ledger, submission))
+
+
+async def abort(ctx: ApiContext, request: Request, params: dict[str, str]) -> Response:
+    """``POST .../submissions/{submission}/abort``: the intent is durable at once."""
+    body = read_body(request, AbortRequest)
+    before = owned(ctx, params["thread"], params["submission"])
+    after = ctx.ledger.request_abort(before.id, body.reason)
+    if before.state is not SubmissionState.SETTLED:
+        ctx.wake()
+    return model_response(200, submission_detail(ctx.storage, ctx.ledger, after))
+
+
+async def approve(ctx: ApiContext, request: Request, params: dict[str, str]) -> Response:
+    """``POST .../submissions/{submission}/approvals/{key}``: decide an open approval."""
+    body = read_body(request, ApprovalRequest)
+    submission = owned(ctx, params["thread"], params["submission"])
+    decision = ctx.ledger.decide_approval(
+        submission.id, params["key"], approved=body.approved, payload=body.payload
+    )
+    ctx.wake()
+    after = ctx.ledger.get(submission.id)
+    view = ApprovalView(
+        submission_id=submission.id, key=params["key"], approved=decision.approved,
+        payload=decision.payload, state=after.state.value,
+    )
+    return model_response(200, view)
+
+
+async def resolve(ctx: ApiContext, request: Request, params: dict[str, str]) -> Response:
+    """``POST .../submissions/{submission}/resolve``: retry, accept a result, or abort."""
+    body = read_body(request, ResolveRequest)
+    given = "result" in body.model_fields_set
+    if body.action == "accept" and not given:
+        raise ValidationFailed("result is required with action accept", field="result")
+    if body.action != "accept" and given:
+        raise ValidationFailed(f"result is not allowed with action {body.action}",
+                               field="result")
+    submission = owned(ctx, params["thread"], params["submission"])
+    after = ctx.ledger.resolve_unknown(submission.id, body.action, body.result)
+    ctx.wake()
+    return model_response(200, submission_detail(ctx.storage, ctx.ledger, after))
+
+
+__all__ = [
+    "abort",
+    "approve",
+    "choose_agent",
+    "get_submission",
+    "owned",
+    "resolve",
+    "submission_location",
+    "submit",
+]

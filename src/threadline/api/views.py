@@ -1,0 +1,121 @@
+"""Response models built from the runtime's values (the only place that maps them)."""
+
+from __future__ import annotations
+
+from threadline.api.models import (
+    AbortView,
+    JournalStepView,
+    JournalSummary,
+    OpenSubmission,
+    SubmissionDetail,
+    SubmissionView,
+    ThreadItem,
+    ThreadSummary,
+    WaitView,
+)
+from threadline.storage.port import Storage
+from threadline.threads import views
+from threadline.threads.ledger import Ledger
+from threadline.threads.model import Submission, WorkItem
+
+
+def submission_view(submission: Submission) -> SubmissionView:
+    """The public view of a submission."""
+    return SubmissionView.model_validate(_submission_fields(submission))
+
+
+def _submission_fields(submission: Submission) -> dict[str, object]:
+    return {
+        "id": submission.id,
+        "thread_id": submission.thread_id,
+        "seq": submission.seq,
+        "agent": submission.agent,
+        "idempotency_key": submission.idempotency_key,
+        "state": submission.state.value,
+        "outcome": None if submission.outcome is None else submission.outcome.value,
+        "input": submission.input,
+        "result": submission.result,
+        "error": submission.error,
+        "attempts": submission.attempts,
+        "not_before": submission.not_before,
+        "lease_expires_at": submission.lease_expires_at,
+        "created_at": submission.created_at,
+        "updated_at": submission.updated_at,
+        "settled_at": submission.settled_at,
+    }
+
+
+def submission_detail(storage: Storage, ledger: Ledger, submission: Submission) -> SubmissionDetail:
+    """A submission with its waits, journal summary and abort intent (three indexed reads)."""
+    steps = views.journal_of(storage, submission.id)
+    intent = ledger.read_abort_intent(submission.id)
+    return SubmissionDetail.model_validate(
+        {
+            **_submission_fields(submission),
+            "waits": [
+                WaitView.model_validate(
+                    {
+                        "kind": wait.kind, "key": wait.key, "state": wait.state,
+                        "payload": wait.payload, "decision": wait.decision,
+                        "wake_at": wait.wake_at, "created_at": wait.created_at,
+                        "resolved_at": wait.resolved_at,
+                    }
+                )
+                for wait in views.waits_of(storage, submission.id)
+            ],
+            "journal": JournalSummary(
+                steps=len(steps),
+                finished=sum(step.state == "finished" for step in steps),
+                failed=sum(step.state == "failed" for step in steps),
+                in_flight=sum(step.state == "started" for step in steps),
+                entries=[
+                    JournalStepView.model_validate(
+                        {
+                            "key": step.key, "position": step.position, "effect": step.effect,
+                            "state": step.state, "attempt": step.attempt,
+                            "started_at": step.started_at, "finished_at": step.finished_at,
+                        }
+                    )
+                    for step in steps
+                ],
+            ),
+            "abort": None if intent is None else AbortView.model_validate(
+                {
+                    "state": intent.state.value, "reason": intent.reason,
+                    "requested_at": intent.requested_at, "applied_at": intent.applied_at,
+                }
+            ),
+        }
+    )
+
+
+def thread_item(record: views.ThreadRecord) -> ThreadItem:
+    """A Thread in the list."""
+    return ThreadItem(
+        id=record.id, submissions=record.submissions, open_submissions=record.open_submissions,
+        history_seq=record.history_seq, created_at=record.created_at,
+        updated_at=record.updated_at,
+    )
+
+
+def thread_summary(record: views.ThreadRecord, open_items: list[WorkItem]) -> ThreadSummary:
+    """A Thread with its open submissions."""
+    return ThreadSummary.model_validate(
+        {
+            **thread_item(record).model_dump(),
+            "open": [
+                OpenSubmission.model_validate(
+                    {
+                        "id": item.submission_id, "seq": item.seq, "agent": item.agent,
+                        "state": item.state.value, "attempts": item.attempts,
+                        "not_before": item.not_before,
+                        "lease_expires_at": item.lease_expires_at,
+                    }
+                )
+                for item in open_items
+            ],
+        }
+    )
+
+
+__all__ = ["submission_detail", "submission_view", "thread_item", "thread_summary"]

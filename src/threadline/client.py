@@ -1,0 +1,357 @@
+"""A Python client for the thread API (``pip install threadline[client]``; needs httpx).
+
+For your own services, not for the Worker: nothing in the Worker imports this module.
+Responses come back as the API's own models; refusals raise the library's errors
+(:class:`~threadline.errors.ValidationFailed`, :class:`~threadline.errors.NotFound`,
+:class:`~threadline.errors.Conflict`...) carrying the HTTP ``status``, the offending ``field``
+and the whole problem document in ``error.extra["problem"]``::
+
+    from threadline.client import Client
+
+    with Client("http://127.0.0.1:8787", token="dev-token-change-me") as client:
+        sub = client.submit("demo", "t1", {"text": "hi"}, agent="echo")
+        done = client.wait("demo", "t1", sub.id, timeout=10)
+        print(done.result)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import httpx
+from pydantic import BaseModel
+
+from threadline.api.models import (
+    ApprovalView,
+    HistoryPage,
+    SubmissionDetail,
+    SubmissionView,
+    ThreadPage,
+    ThreadSummary,
+)
+from threadline.errors import (
+    ApiError,
+    Conflict,
+    NotFound,
+    PayloadTooLarge,
+    Unauthorized,
+    ValidationFailed,
+)
+
+M = TypeVar("M", bound=BaseModel)
+
+_UNSET: Any = object()
+
+_ERRORS: dict[int, type[ApiError]] = {
+    401: Unauthorized,
+    404: NotFound,
+    409: Conflict,
+    413: PayloadTooLarge,
+}
+
+
+class WaitTimeout(TimeoutError):
+    """:meth:`Client.wait` gave up before the submission settled."""
+
+
+def raise_for_problem(response: httpx.Response) -> None:
+    """Raise the library's error for a refused request; do nothing for a success."""
+    if response.status_code < 400:
+        return
+    try:
+        problem = response.json()
+    except ValueError:
+        problem = {}
+    if not isinstance(problem, dict):
+        problem = {}
+    message = str(problem.get("detail") or problem.get("title") or response.reason_phrase)
+    field = problem.get("field")
+    status = response.status_code
+    error: ApiError
+    if status in (400, 422):
+        error = ValidationFailed(message, field=field, status=status, problem=problem)
+    elif status in _ERRORS:
+        error = _ERRORS[status](message, field=field, problem=problem)
+    else:
+        error = ApiError(message, field=field, problem=problem)
+        error.status = status
+    raise error
+
+
+def _path(*parts: str) -> str:
+    return "/v1/spaces/" + "/".join(quote(part, safe="") for part in parts)
+
+
+def _thread(space: str, thread: str) -> str:
+    return _path(space, "threads", thread)
+
+
+def _submission(space: str, thread: str, submission_id: str) -> str:
+    return _path(space, "threads", thread, "submissions", submission_id)
+
+
+def _submit_body(input: Any, agent: str | None, idempotency_key: str | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"input": input}
+    if agent is not None:
+        body["agent"] = agent
+    if idempotency_key is not None:
+        body["idempotency_key"] = idempotency_key
+    return body
+
+
+def _resolve_body(action: str, result: Any) -> dict[str, Any]:
+    return {"action": action} if result is _UNSET else {"action": action, "result": result}
+
+
+def _parse(model: type[M], response: httpx.Response) -> M:
+    raise_for_problem(response)
+    return model.model_validate(response.json())
+
+
+def _headers(token: str | None) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}"} if token else {}
+
+
+class Client:
+    """A blocking client. ``transport`` lets tests route requests without a network."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        *,
+        timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._http = httpx.Client(
+            base_url=base_url, headers=_headers(token), timeout=timeout, transport=transport
+        )
+        self._sleep = sleep
+        self._monotonic = monotonic
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    def submit(
+        self,
+        space: str,
+        thread: str,
+        input: Any,
+        *,
+        agent: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> SubmissionView:
+        """Submit input to a Thread; an exact replay of an idempotency key returns the first."""
+        body = _submit_body(input, agent, idempotency_key)
+        return _parse(SubmissionView, self._http.post(_thread(space, thread) + "/submissions",
+                                                      json=body))
+
+    def get_submission(self, space: str, thread: str, submission_id: str) -> SubmissionDetail:
+        """A submission with its waits, journal summary and abort intent."""
+        return _parse(SubmissionDetail,
+                      self._http.get(_submission(space, thread, submission_id)))
+
+    def wait(
+        self,
+        space: str,
+        thread: str,
+        submission_id: str,
+        *,
+        timeout: float,
+        interval: float = 0.2,
+    ) -> SubmissionDetail:
+        """Poll until the submission settles; raise :class:`WaitTimeout` after ``timeout`` s."""
+        deadline = self._monotonic() + timeout
+        while True:
+            current = self.get_submission(space, thread, submission_id)
+            if current.state == "settled":
+                return current
+            if self._monotonic() >= deadline:
+                raise WaitTimeout(f"submission {submission_id} is still {current.state}")
+            self._sleep(interval)
+
+    def threads(self, space: str, *, after: str | None = None, limit: int = 100) -> ThreadPage:
+        """A page of the space's Threads."""
+        params: dict[str, Any] = {"limit": limit}
+        if after is not None:
+            params["after"] = after
+        return _parse(ThreadPage, self._http.get(_path(space, "threads"), params=params))
+
+    def thread(self, space: str, thread: str) -> ThreadSummary:
+        """A Thread and its open submissions."""
+        return _parse(ThreadSummary, self._http.get(_thread(space, thread)))
+
+    def history(
+        self, space: str, thread: str, *, after: int = 0, limit: int = 100
+    ) -> HistoryPage:
+        """A page of the Thread's canonical records after seq ``after``."""
+        return _parse(HistoryPage, self._http.get(
+            _thread(space, thread) + "/history", params={"after": after, "limit": limit}))
+
+    def approve(
+        self,
+        space: str,
+        thread: str,
+        submission_id: str,
+        key: str,
+        *,
+        approved: bool = True,
+        payload: Any = None,
+    ) -> ApprovalView:
+        """Decide the approval ``key`` that the submission waits for."""
+        path = _submission(space, thread, submission_id) + "/approvals/" + quote(key, safe="")
+        return _parse(ApprovalView, self._http.post(
+            path, json={"approved": approved, "payload": payload}))
+
+    def abort(
+        self, space: str, thread: str, submission_id: str, *, reason: str | None = None
+    ) -> SubmissionDetail:
+        """Abort the submission."""
+        body = {} if reason is None else {"reason": reason}
+        return _parse(SubmissionDetail, self._http.post(
+            _submission(space, thread, submission_id) + "/abort", json=body))
+
+    def resolve(
+        self, space: str, thread: str, submission_id: str, action: str, result: Any = _UNSET
+    ) -> SubmissionDetail:
+        """Resolve an Unknown Outcome: ``retry``, ``accept`` (with ``result``) or ``abort``."""
+        return _parse(SubmissionDetail, self._http.post(
+            _submission(space, thread, submission_id) + "/resolve",
+            json=_resolve_body(action, result)))
+
+
+class AsyncClient:
+    """The asynchronous twin of :class:`Client`."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        *,
+        timeout: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._http = httpx.AsyncClient(
+            base_url=base_url, headers=_headers(token), timeout=timeout, transport=transport
+        )
+        self._sleep = sleep
+        self._monotonic = monotonic
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
+
+    async def submit(
+        self,
+        space: str,
+        thread: str,
+        input: Any,
+        *,
+        agent: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> SubmissionView:
+        """See :meth:`Client.submit`."""
+        body = _submit_body(input, agent, idempotency_key)
+        return _parse(SubmissionView, await self._http.post(
+            _thread(space, thread) + "/submissions", json=body))
+
+    async def get_submission(
+        self, space: str, thread: str, submission_id: str
+    ) -> SubmissionDetail:
+        """See :meth:`Client.get_submission`."""
+        return _parse(SubmissionDetail,
+                      await self._http.get(_submission(space, thread, submission_id)))
+
+    async def wait(
+        self,
+        space: str,
+        thread: str,
+        submission_id: str,
+        *,
+        timeout: float,
+        interval: float = 0.2,
+    ) -> SubmissionDetail:
+        """See :meth:`Client.wait`."""
+        deadline = self._monotonic() + timeout
+        while True:
+            current = await self.get_submission(space, thread, submission_id)
+            if current.state == "settled":
+                return current
+            if self._monotonic() >= deadline:
+                raise WaitTimeout(f"submission {submission_id} is still {current.state}")
+            await self._sleep(interval)
+
+    async def threads(
+        self, space: str, *, after: str | None = None, limit: int = 100
+    ) -> ThreadPage:
+        """See :meth:`Client.threads`."""
+        params: dict[str, Any] = {"limit": limit}
+        if after is not None:
+            params["after"] = after
+        return _parse(ThreadPage, await self._http.get(_path(space, "threads"), params=params))
+
+    async def thread(self, space: str, thread: str) -> ThreadSummary:
+        """See :meth:`Client.thread`."""
+        return _parse(ThreadSummary, await self._http.get(_thread(space, thread)))
+
+    async def history(
+        self, space: str, thread: str, *, after: int = 0, limit: int = 100
+    ) -> HistoryPage:
+        """See :meth:`Client.history`."""
+        return _parse(HistoryPage, await self._http.get(
+            _thread(space, thread) + "/history", params={"after": after, "limit": limit}))
+
+    async def approve(
+        self,
+        space: str,
+        thread: str,
+        submission_id: str,
+        key: str,
+        *,
+        approved: bool = True,
+        payload: Any = None,
+    ) -> ApprovalView:
+        """See :meth:`Client.approve`."""
+        path = _submission(space, thread, submission_id) + "/approvals/" + quote(key, safe="")
+        return _parse(ApprovalView, await self._http.post(
+            path, json={"approved": approved, "payload": payload}))
+
+    async def abort(
+        self, space: str, thread: str, submission_id: str, *, reason: str | None = None
+    ) -> SubmissionDetail:
+        """See :meth:`Client.abort`."""
+        body = {} if reason is None else {"reason": reason}
+        return _parse(SubmissionDetail, await self._http.post(
+            _submission(space, thread, submission_id) + "/abort", json=body))
+
+    async def resolve(
+        self, space: str, thread: str, submission_id: str, action: str, result: Any = _UNSET
+    ) -> SubmissionDetail:
+        """See :meth:`Client.resolve`."""
+        return _parse(SubmissionDetail, await self._http.post(
+            _submission(space, thread, submission_id) + "/resolve",
+            json=_resolve_body(action, result)))
+
+
+__all__ = ["AsyncClient", "Client", "WaitTimeout", "raise_for_problem"]

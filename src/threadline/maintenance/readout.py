@@ -1,0 +1,79 @@
+"""What the maintenance package shows operators: faults, binding waits and pass reports.
+
+Read on request (the HTTP maintenance report), never by the pass itself. Each method returns
+plain mappings shaped like the API's response models; members beyond those are passed through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from threadline.maintenance.bindings import BindingWaits
+from threadline.maintenance.faults import RecoveryFaults
+from threadline.maintenance.report import PassReport, PassReports
+
+#: How many stored pass reports the readout lists.
+LISTED_REPORTS = 20
+
+
+class MaintenanceReadout:
+    """The object's recovery faults, binding waits and last stored pass reports."""
+
+    def __init__(
+        self, faults: RecoveryFaults, bindings: BindingWaits, reports: PassReports
+    ) -> None:
+        self._faults = faults
+        self._bindings = bindings
+        self._reports = reports
+
+    def faults(self) -> Sequence[Mapping[str, Any]]:
+        """Open recovery faults, one per blocked Thread, by Thread id."""
+        return [
+            {
+                "thread_id": fault.thread_id,
+                "attempts": fault.attempts,
+                "first_failed_at": fault.first_failed_at,
+                "last_failed_at": fault.last_failed_at,
+                "retry_at": fault.retry_at,
+                "failure": fault.failure,
+                "error_type": fault.error_type,
+                "recipients": list(fault.recipients),
+            }
+            for fault in self._faults.all()
+        ]
+
+    def binding_waits(self) -> Sequence[Mapping[str, Any]]:
+        """Submissions parked because their agent is not registered in this deployment."""
+        return [
+            {"submission_id": submission_id, "thread_id": thread_id, "agent": agent,
+             "since": parked_at}
+            for thread_id, submission_id, agent, parked_at in self._bindings.waits()
+        ]
+
+    def pass_reports(self) -> Sequence[Mapping[str, Any]]:
+        """The last actionable and failed passes, newest first (caught-up passes, which did
+        nothing native, are not stored)."""
+        return [_report(report) for report in self._reports.stored(LISTED_REPORTS)]
+
+
+def _report(report: PassReport) -> dict[str, Any]:
+    return {
+        "phase": report.phase.value,
+        "alarm": None if report.alarm is None else report.alarm.value,
+        "alarm_at": report.alarm_at,
+        "started_at": report.started_at,
+        "recovered": report.recovered,
+        "settled": report.settled,
+        "dispatched": report.dispatched,
+        "nonterminal": report.nonterminal,
+        "rows_read": report.rows_read,
+        "rows_written": report.rows_written,
+        "statements": report.statements,
+        "duration_ms": report.duration_ms,
+        "failure_type": report.failure_type,
+        "failure_message": report.failure_message,
+    }
+
+
+__all__ = ["LISTED_REPORTS", "MaintenanceReadout"]

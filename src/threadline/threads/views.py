@@ -1,0 +1,166 @@
+"""Read-only views of Threads for the HTTP surface: pages, summaries, waits and the journal.
+
+Nothing here writes. Each read is bounded (a page, one Thread, one submission) and goes through
+a primary key or an index, so answering a client never scans the object's whole history.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from threadline.storage.port import Row, Storage
+from threadline.threads.ledger import work_item
+from threadline.threads.model import JsonValue, WorkItem, decode_json
+
+# The open count reads the partial index tl_submissions_open, so it follows open work only.
+_THREADS_PAGE = (
+    "SELECT t.id, t.next_seq, t.history_seq, t.created_at, t.updated_at,"
+    " (SELECT COUNT(*) FROM tl_submissions s WHERE s.thread_id = t.id AND s.state <> 'settled')"
+    " AS open_count FROM tl_threads t WHERE t.id > ? ORDER BY t.id LIMIT ?"
+)
+_THREAD = (
+    "SELECT t.id, t.next_seq, t.history_seq, t.created_at, t.updated_at,"
+    " (SELECT COUNT(*) FROM tl_submissions s WHERE s.thread_id = t.id AND s.state <> 'settled')"
+    " AS open_count FROM tl_threads t WHERE t.id = ?"
+)
+# The same predicate as the partial index tl_submissions_open: it reads open work only.
+_OPEN_PAGE = (
+    "SELECT id, thread_id, seq, agent, state, revision, attempts, not_before, lease_expires_at,"
+    " lease_owner FROM tl_submissions WHERE state <> 'settled' AND thread_id = ? ORDER BY seq"
+    " LIMIT ?"
+)
+_KEYED_AGENT = "SELECT agent FROM tl_submissions WHERE thread_id = ? AND idempotency_key = ?"
+_LATEST_AGENT = "SELECT agent FROM tl_submissions WHERE thread_id = ? ORDER BY seq DESC LIMIT 1"
+_WAITS_OF = (
+    "SELECT kind, wait_key, state, payload_json, decision_json, wake_at, created_at,"
+    " resolved_at FROM tl_waits WHERE submission_id = ? ORDER BY created_at, id"
+)
+_JOURNAL_OF = (
+    "SELECT step_key, position, effect, state, attempt, started_at, finished_at"
+    " FROM tl_journal WHERE submission_id = ? ORDER BY position, step_key"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadRecord:
+    """One Thread's row: how many submissions and history records it has had."""
+
+    id: str
+    submissions: int
+    history_seq: int
+    open_submissions: int
+    created_at: int
+    updated_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class WaitRecord:
+    """A wait of a submission in any state, with its decision."""
+
+    kind: str
+    key: str
+    state: str
+    payload: JsonValue
+    decision: JsonValue
+    wake_at: int | None
+    created_at: int
+    resolved_at: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class JournalStep:
+    """A journal entry without its value: where a submission's durable work stands."""
+
+    key: str
+    position: int
+    effect: str
+    state: str
+    attempt: int
+    started_at: int
+    finished_at: int | None
+
+
+def _thread(row: Row) -> ThreadRecord:
+    return ThreadRecord(
+        id=row["id"],
+        submissions=int(row["next_seq"]) - 1,
+        history_seq=int(row["history_seq"]),
+        open_submissions=int(row["open_count"]),
+        created_at=int(row["created_at"]),
+        updated_at=int(row["updated_at"]),
+    )
+
+
+def threads_page(storage: Storage, *, after: str | None, limit: int) -> list[ThreadRecord]:
+    """Up to ``limit`` Threads whose id sorts after ``after``, in id order."""
+    return [_thread(row) for row in storage.exec(_THREADS_PAGE, after or "", limit)]
+
+
+def thread(storage: Storage, thread_id: str) -> ThreadRecord | None:
+    """The Thread, or None when no submission ever created it."""
+    row = storage.exec(_THREAD, thread_id).first()
+    return None if row is None else _thread(row)
+
+
+def open_submissions(storage: Storage, thread_id: str, *, limit: int) -> list[WorkItem]:
+    """The Thread's first ``limit`` open submissions in FIFO order (control columns only)."""
+    return [work_item(row) for row in storage.exec(_OPEN_PAGE, thread_id, limit)]
+
+
+def keyed_agent(storage: Storage, thread_id: str, idempotency_key: str) -> str | None:
+    """The agent of the Thread's submission admitted with ``idempotency_key``, if any."""
+    row = storage.exec(_KEYED_AGENT, thread_id, idempotency_key).first()
+    return None if row is None else str(row["agent"])
+
+
+def latest_agent(storage: Storage, thread_id: str) -> str | None:
+    """The agent the Thread's newest submission named, or None for a new Thread."""
+    row = storage.exec(_LATEST_AGENT, thread_id).first()
+    return None if row is None else str(row["agent"])
+
+
+def waits_of(storage: Storage, submission_id: str) -> list[WaitRecord]:
+    """Every wait the submission ever had, oldest first."""
+    return [
+        WaitRecord(
+            kind=row["kind"],
+            key=row["wait_key"],
+            state=row["state"],
+            payload=decode_json(row["payload_json"]),
+            decision=decode_json(row["decision_json"]),
+            wake_at=row["wake_at"],
+            created_at=int(row["created_at"]),
+            resolved_at=row["resolved_at"],
+        )
+        for row in storage.exec(_WAITS_OF, submission_id)
+    ]
+
+
+def journal_of(storage: Storage, submission_id: str) -> list[JournalStep]:
+    """The submission's journal entries in the order its agent reached them."""
+    return [
+        JournalStep(
+            key=row["step_key"],
+            position=int(row["position"]),
+            effect=row["effect"],
+            state=row["state"],
+            attempt=int(row["attempt"]),
+            started_at=int(row["started_at"]),
+            finished_at=row["finished_at"],
+        )
+        for row in storage.exec(_JOURNAL_OF, submission_id)
+    ]
+
+
+__all__ = [
+    "JournalStep",
+    "ThreadRecord",
+    "WaitRecord",
+    "journal_of",
+    "keyed_agent",
+    "latest_agent",
+    "open_submissions",
+    "thread",
+    "threads_page",
+    "waits_of",
+]

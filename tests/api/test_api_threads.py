@@ -1,0 +1,86 @@
+"""Thread list, Thread summary and history paging over HTTP."""
+
+from __future__ import annotations
+
+from api_support import Api
+
+
+def test_threads_are_listed_in_id_order_and_paged(api: Api) -> None:
+    for thread in ["c", "a", "b"]:
+        api.submit(thread, {"text": thread}, agent="echo")
+    api.submit("a", {"text": "again"}, agent="echo")
+    base = f"/v1/spaces/{api.space_id}/threads"
+    first = api.call("GET", base + "?limit=2").json()
+    assert [t["id"] for t in first["threads"]] == ["a", "b"] and first["next"] == "b"
+    assert first["threads"][0]["submissions"] == 2 and first["threads"][0]["open_submissions"] == 2
+    second = api.call("GET", base + "?limit=2&after=" + first["next"]).json()
+    assert [t["id"] for t in second["threads"]] == ["c"] and second["next"] is None
+    everything = api.call("GET", base).json()
+    assert [t["id"] for t in everything["threads"]] == ["a", "b", "c"]
+    assert everything["next"] is None
+
+
+def test_an_exactly_full_last_page_has_no_next(api: Api) -> None:
+    for thread in ["a", "b"]:
+        api.submit(thread, {"text": thread}, agent="echo")
+    page = api.call("GET", f"/v1/spaces/{api.space_id}/threads?limit=2").json()
+    assert len(page["threads"]) == 2 and page["next"] is None
+
+
+def test_an_empty_space_lists_no_threads(api: Api) -> None:
+    response = api.call("GET", f"/v1/spaces/{api.space_id}/threads")
+    assert response.status == 200 and response.json() == {"threads": [], "next": None}
+
+
+def test_the_summary_shows_open_submissions_in_fifo_order(api: Api) -> None:
+    first = api.submit("t1", {"text": "x"}, agent="confirm").json()["id"]
+    second = api.submit("t1", {"text": "y"}, agent="echo").json()["id"]
+    api.drive()
+    summary = api.call("GET", api.thread_path("t1"))
+    assert summary.status == 200
+    body = summary.json()
+    assert body["id"] == "t1" and body["submissions"] == 2 and body["open_submissions"] == 2
+    assert [(s["id"], s["seq"], s["state"]) for s in body["open"]] == [
+        (first, 1, "suspended"), (second, 2, "queued")]
+    api.call("POST", api.submission_path("t1", first) + "/approvals/confirm", {"approved": True})
+    api.drive()
+    done = api.call("GET", api.thread_path("t1")).json()
+    assert done["open"] == [] and done["open_submissions"] == 0
+    assert done["history_seq"] == 2
+
+
+def test_an_unknown_thread_is_404(api: Api) -> None:
+    for suffix in ["", "/history"]:
+        response = api.call("GET", api.thread_path("nope") + suffix)
+        assert response.status == 404 and response.json()["field"] == "thread"
+
+
+def test_history_pages_by_seq_with_a_next_cursor(api: Api) -> None:
+    for text in ["one", "two", "three"]:
+        api.submit("t1", {"text": text}, agent="echo")
+    api.drive()
+    path = api.thread_path("t1") + "/history"
+    first = api.call("GET", path + "?limit=2").json()
+    assert first["thread_id"] == "t1"
+    assert [(r["seq"], r["body"]["text"]) for r in first["records"]] == [(1, "one"), (2, "two")]
+    assert first["records"][0]["kind"] == "record" and first["next"] == 2
+    rest = api.call("GET", f"{path}?after={first['next']}&limit=2").json()
+    assert [r["seq"] for r in rest["records"]] == [3] and rest["next"] is None
+    record = rest["records"][0]
+    assert record["body"] == {"role": "assistant", "text": "three"}
+    assert record["record_id"].startswith(record["submission_id"])
+    assert api.call("GET", path + "?after=3").json() == {"thread_id": "t1", "records": [],
+                                                         "next": None}
+
+
+def test_a_thread_without_records_has_an_empty_history(api: Api) -> None:
+    api.submit("t1", {"text": "x"}, agent="echo")
+    response = api.call("GET", api.thread_path("t1") + "/history")
+    assert response.status == 200 and response.json()["records"] == []
+
+
+def test_the_summary_lists_the_first_hundred_open_submissions(api: Api) -> None:
+    ids = [api.submit("t1", {"text": str(n)}, agent="echo").json()["id"] for n in range(101)]
+    body = api.call("GET", api.thread_path("t1")).json()
+    assert body["open_submissions"] == 101
+    assert [s["id"] for s in body["open"]] == ids[:100]
