@@ -80,3 +80,16 @@ def test_wakes_deferred_unwinds_on_error(sched: Scheduler) -> None:
     except RuntimeError:
         pass
     assert sched.alarm.passes_running == 0
+
+
+def test_ensure_due_and_decide_measure_from_the_now_they_are_given(
+    sched: Scheduler, clock: ManualClock
+) -> None:
+    # A pass decides with the "now" it read at its start, not a fresh clock reading.
+    given = clock.now_ms() + 10_000
+    sched.due_queue.enroll(HOST, clock.now_ms())
+    assert sched.alarm.ensure_due(given) == given + sched.config.min_alarm_delay_ms
+    assert sched.alarm.scheduled() == given + sched.config.min_alarm_delay_ms
+    later = given + 5_000
+    assert sched.alarm.decide(later) is AlarmDecision.REARMED
+    assert sched.alarm.scheduled() == later + sched.config.min_alarm_delay_ms

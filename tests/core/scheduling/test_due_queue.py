@@ -15,6 +15,7 @@ from threadline.scheduling import (
     Lane,
     LaneState,
     backoff_ms,
+    validate_host_lane_id,
 )
 from threadline.storage import SqliteStorage
 
@@ -180,8 +181,28 @@ def test_progress_resets_budget_but_a_replayed_cursor_does_not_accelerate(
     assert queue.progress(HOST, now, 6)
     lane = _lane(queue)
     assert (lane.due_at, lane.stalls, lane.not_before, lane.cursor) == (now, 0, 0, 6)
-    with pytest.raises(SchedulingError):
+    with pytest.raises(SchedulingError, match="a progress cursor is >= 0, got -1"):
         queue.progress(HOST, now, -1)
+
+
+def test_progress_without_a_cursor_leaves_every_cursor_newer(
+    queue: DueQueue, clock: ManualClock
+) -> None:
+    # Progress recorded by a producer names no cursor: the first real cursor still counts.
+    now = clock.now_ms()
+    queue.enroll(HOST, now, progress=True)
+    assert _lane(queue).cursor == 0
+    assert queue.progress(HOST, now, 1)
+    assert _lane(queue).cursor == 1
+
+
+@pytest.mark.parametrize(("lane_id", "message"), [
+    ("Bad Lane", "invalid lane id 'Bad Lane'"),
+    ("threadline:mine", "reserved prefix 'threadline:'"),
+])
+def test_host_lane_ids_are_refused_with_the_reason(lane_id: str, message: str) -> None:
+    with pytest.raises(SchedulingError, match=message):
+        validate_host_lane_id(lane_id)
 
 
 def test_next_and_due(queue: DueQueue) -> None:

@@ -114,3 +114,23 @@ def test_caught_up_while_a_native_retry_is_in_the_future(
     assert not read_state(storage).caught_up(None, now + 10)
     st.bump_dirty(storage)
     assert read_state(storage).pending_retry is None
+
+
+def test_bump_dirty_keeps_the_obsolete_retry_row_unless_asked(storage: SqliteStorage) -> None:
+    generation = read_state(storage).dirty
+    st.set_retry(storage, NativeRetry(generation, 5_000, False, 0))
+    assert read_state(storage).retry == NativeRetry(generation, 5_000, False, 0)
+    st.bump_dirty(storage)
+    # A newer generation makes the retry obsolete without touching its row...
+    after = read_state(storage)
+    assert after.retry is not None and after.pending_retry is None
+    # ...and clearing it drops the row.
+    st.bump_dirty(storage, clear_retry=True)
+    assert read_state(storage).retry is None
+
+
+def test_appending_no_recovery_events_is_allowed(storage: SqliteStorage) -> None:
+    before = read_state(storage).recovery_event_seq
+    assert st.append_recovery_events(storage, 0) == before
+    with pytest.raises(SchedulingError, match="negative"):
+        st.append_recovery_events(storage, -1)

@@ -508,6 +508,7 @@ def test_blocked_recovery_is_reported_not_raised(
     result = h.runtime.run_recovery("a")
     assert result.reports == ()
     assert [(b.thread_id, b.error_type) for b in result.blocked] == [("a", "StorageError")]
+    assert "disk I/O error" in result.blocked[0].failure
     monkeypatch.undo()
     assert h.ledger.scan_nonterminal()[0].state is SubmissionState.RUNNING
     assert [r.decision for r in h.runtime.run_recovery("a").reports] == [
