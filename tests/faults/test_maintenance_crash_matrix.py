@@ -2,9 +2,9 @@
 alarm alone finish the work.
 
 For each scenario and seed, a dry run counts how often each failpoint is reached; then, for
-each failpoint it reaches, runs crash there (first, middle and last arrival) with ``Evicted``,
-the simulated platform restarts the object and fires alarms until it quiesces, and humans act
-whenever the object waits for them. Every run must keep these invariants:
+each failpoint it reaches, runs crash there (first, second, middle and last arrival) with
+``Evicted``, the simulated platform restarts the object and fires alarms until it quiesces,
+and humans act whenever the object waits for them. Every run must keep these invariants:
 
 * nothing admitted is lost: every admitted submission exists and ends settled;
 * each submission settles exactly once: every settle transition that changed a row is logged
@@ -434,7 +434,8 @@ def played(scenario: Scenario, seed: int, crash: tuple[str, int] | None) -> Run:
 
 
 def occurrences(hits: int) -> list[int]:
-    return sorted({1, (hits + 1) // 2, hits})
+    """The arrivals to crash at: the first two, the middle one and the last."""
+    return sorted({1, min(2, hits), (hits + 1) // 2, hits})
 
 
 @pytest.mark.parametrize("seed", SEEDS)
