@@ -16,6 +16,7 @@ and humans act whenever the object waits for them. Every run must keep these inv
 * after each quiescence, every open submission waits visibly for a human (an approval, an
   Unknown Outcome, an unregistered agent) or is queued behind one in its Thread;
 * the alarm invariant held after every commit (``check_alarm_invariant``);
+* no pass failed but the one whose statement the scenario makes fail;
 * at the end the object is caught up, every lane idle and the alarm cleared, within less
   simulated time than one lease (a claim lost with its incarnation is recovered at once);
 * every recovery event reached the (at first failing) hook, in order.
@@ -405,6 +406,10 @@ def check(run: Run, scenario: Scenario) -> list[str]:
             problems.append(f"uncertain step of {sub_id} ran "
                             f"{run.world.effects.count(f'{sub_id}:b')} times")
     problems += step_runs(run)
+    failed = [r for r in obj.reports if r.phase == "failed"]
+    allowed = 0 if scenario.failing_statement is None else 1
+    if len(failed) > allowed:
+        problems.append(f"passes failed: {[(r.failure_type, r.failure_message) for r in failed]}")
     if len(settlements) != len(run.ids):
         problems.append(f"settlements of unknown submissions: {sorted(settlements)}")
     elapsed = obj.clock.now_ms() - START
