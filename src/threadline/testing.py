@@ -498,6 +498,7 @@ class SimulatedObject:
         if self._observer is None:
             # A second connection reads what is committed, without touching the object's meter.
             self._observer = SqliteStorage(self.path)
+            self._observer.exec(_NO_DISK_SYNC)  # its close may checkpoint the file
         problem = alarm_invariant_problem(self._observer, self.app, self.clock.now_ms())
         if problem is not None:
             raise AlarmInvariantError(f"{when}: {problem}")

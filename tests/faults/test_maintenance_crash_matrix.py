@@ -230,6 +230,7 @@ def remember_losses(run: Run) -> None:
         # A connection of its own: the lost incarnation's storage may already be closed.
         conn = sqlite3.connect(obj.path)
         try:
+            conn.execute("PRAGMA synchronous = OFF")  # its close may checkpoint the file
             rows = conn.execute(_FINISHED_STEPS).fetchall()
         finally:
             conn.close()
