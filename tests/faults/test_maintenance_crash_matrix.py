@@ -11,8 +11,8 @@ and humans act whenever the object waits for them. Every run must keep these inv
   (whoever made it: an Attempt, recovery, an abort), and it settled with the outcome its
   scenario implies;
 * each step ran once; after a loss of the object, a step the journal held as finished never
-  ran again and any other step at most once more per loss; an uncertain step ran at most once (every
-  Unknown Outcome is resolved by ``accept``);
+  ran again and any other step at most once more per loss; an uncertain step ran at most
+  once (every Unknown Outcome is resolved by ``accept``);
 * after each quiescence, every open submission waits visibly for a human (an approval, an
   Unknown Outcome, an unregistered agent) or is queued behind one in its Thread;
 * the alarm invariant held after every commit (``check_alarm_invariant``);
@@ -53,6 +53,7 @@ INSIDE_UNCERTAIN = "agent:inside-uncertain-step"
 LOCATIONS = [*sorted(FAILPOINT_LOCATIONS), INSIDE_UNCERTAIN]
 # Short backoffs keep the simulated time small; the rules are the same.
 CONFIG = RuntimeConfig(alarm_backoff_base_ms=100, alarm_backoff_cap_ms=2_000)
+
 
 @dataclass
 class World:
