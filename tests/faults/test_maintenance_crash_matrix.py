@@ -104,7 +104,9 @@ def build_app(world: World, *, with_ghost: bool) -> Application:
     async def flow(turn: Turn) -> Any:
         a = await turn.step("a", effect(turn, "a"))
         await turn.emit({"text": "progress"})
+
         def uncertain() -> int:
+            # An external call that may have acted: a loss after it makes an Unknown Outcome.
             done = world.effects.hit(f"{turn.submission_id}:b")
             world.uncertain_runs += 1
             if world.uncertain_runs == world.crash_inside_uncertain:
