@@ -7,11 +7,14 @@ delivers the alarm the way the platform does (:meth:`SimulatedObject.run_alarms`
 object on demand (:meth:`SimulatedObject.evict`, :meth:`SimulatedObject.crash_at`) and offers the
 operations a client or an operator performs (admit, approve, abort, resolve)::
 
-    async def test_echo() -> None:
+    async def echo_once() -> None:
         async with SimulatedObject(app) as obj:
             sub = obj.admit("thread-1", "echo", "hi")
             await obj.run_alarms()
             assert obj.submission(sub.id).result == {"got": "hi"}
+
+    def test_echo() -> None:
+        asyncio.run(echo_once())
 
 :class:`ThreadHarness` is the lower-level tool for testing the thread runtime itself: it drives
 ``process_thread_head`` directly, without the maintenance pass.
@@ -297,7 +300,8 @@ class SimulatedObject:
         forward to that deadline. A handler lost with :class:`~threadline.errors.Evicted`
         (see :meth:`crash_at`) restarts the object (:meth:`evict`) and the loop goes on; the
         platform's automatic retry of a failed handler is not simulated, so the object must
-        re-arm itself. With ``until``, the clock ends at ``until`` at the latest.
+        re-arm itself. With ``until``, the clock is at ``until`` afterwards (or later, had it
+        already passed it: time never goes back).
 
         Returns the reports of the passes that completed. Raises :class:`QuiescenceError`
         after ``max_passes`` passes when the alarm is still due: the object never quiesces.
@@ -495,6 +499,7 @@ class SimulatedObject:
         if self._observer is None:
             # A second connection reads what is committed, without touching the object's meter.
             self._observer = SqliteStorage(self.path)
+            self._observer.exec(_NO_DISK_SYNC)  # its close may checkpoint the file
         problem = alarm_invariant_problem(self._observer, self.app, self.clock.now_ms())
         if problem is not None:
             raise AlarmInvariantError(f"{when}: {problem}")

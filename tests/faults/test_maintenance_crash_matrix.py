@@ -2,18 +2,21 @@
 alarm alone finish the work.
 
 For each scenario and seed, a dry run counts how often each failpoint is reached; then, for
-each failpoint it reaches, runs crash there (first, middle and last arrival) with ``Evicted``,
-the simulated platform restarts the object and fires alarms until it quiesces, and humans act
-whenever the object waits for them. Every run must keep these invariants:
+each failpoint it reaches, runs crash there (first, second, middle and last arrival) with
+``Evicted``, the simulated platform restarts the object and fires alarms until it quiesces,
+and humans act whenever the object waits for them. Every run must keep these invariants:
 
 * nothing admitted is lost: every admitted submission exists and ends settled;
 * each submission settles exactly once: every settle transition that changed a row is logged
   (whoever made it: an Attempt, recovery, an abort), and it settled with the outcome its
   scenario implies;
-* an uncertain step ran at most once (every Unknown Outcome is resolved by ``accept``);
+* each step ran once; after a loss of the object, a step the journal held as finished never
+  ran again and any other step at most once more per loss; an uncertain step ran at most
+  once (every Unknown Outcome is resolved by ``accept``);
 * after each quiescence, every open submission waits visibly for a human (an approval, an
   Unknown Outcome, an unregistered agent) or is queued behind one in its Thread;
 * the alarm invariant held after every commit (``check_alarm_invariant``);
+* no pass failed but the one whose statement the scenario makes fail;
 * at the end the object is caught up, every lane idle and the alarm cleared, within less
   simulated time than one lease (a claim lost with its incarnation is recovered at once);
 * every recovery event reached the (at first failing) hook, in order.
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import sqlite3
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -49,6 +53,7 @@ INSIDE_UNCERTAIN = "agent:inside-uncertain-step"
 LOCATIONS = [*sorted(FAILPOINT_LOCATIONS), INSIDE_UNCERTAIN]
 # Short backoffs keep the simulated time small; the rules are the same.
 CONFIG = RuntimeConfig(alarm_backoff_base_ms=100, alarm_backoff_cap_ms=2_000)
+
 
 @dataclass
 class World:
@@ -99,7 +104,9 @@ def build_app(world: World, *, with_ghost: bool) -> Application:
     async def flow(turn: Turn) -> Any:
         a = await turn.step("a", effect(turn, "a"))
         await turn.emit({"text": "progress"})
+
         def uncertain() -> int:
+            # An external call that may have acted: a loss after it makes an Unknown Outcome.
             done = world.effects.hit(f"{turn.submission_id}:b")
             world.uncertain_runs += 1
             if world.uncertain_runs == world.crash_inside_uncertain:
@@ -191,6 +198,7 @@ SCENARIOS = {s.name: s for s in (ONE, THREADS)}
 #: Humans look at the object once per simulated second; the alarm runs in between.
 TICK_MS = 1_000
 MAX_TICKS = 300
+_FINISHED_STEPS = "SELECT submission_id, step_key FROM tl_journal WHERE state = 'finished'"
 _WAIT_PAYLOAD = "SELECT payload_json FROM tl_waits WHERE id = ?"
 _SET_WAIT_PAYLOAD = "UPDATE tl_waits SET payload_json = ? WHERE id = ?"
 
@@ -205,6 +213,35 @@ class Run:
     damaged: tuple[str, Any] | None = None
     repaired: bool = False
     failure: StatementFailure | None = None
+    #: What had happened at each loss of the object (before it restarted).
+    losses: list[Loss] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Loss:
+    #: How often each effect had happened.
+    effects: dict[str, int]
+    #: The effects ("submission:step") whose step the journal held as finished.
+    finished: frozenset[str]
+
+
+def remember_losses(run: Run) -> None:
+    """Record, at every eviction, what the agents had done and what the journal held."""
+    obj, restart = run.obj, run.obj.evict
+
+    async def evict() -> None:
+        # A connection of its own: the lost incarnation's storage may already be closed.
+        conn = sqlite3.connect(obj.path)
+        try:
+            conn.execute("PRAGMA synchronous = OFF")  # its close may checkpoint the file
+            rows = conn.execute(_FINISHED_STEPS).fetchall()
+        finally:
+            conn.close()
+        finished = frozenset(f"{sub}:{key.removeprefix('step:')}" for sub, key in rows)
+        run.losses.append(Loss(dict(run.world.effects.calls), finished))
+        await restart()
+
+    obj.evict = evict  # type: ignore[method-assign]
 
 
 async def survive(obj: SimulatedObject, action: Callable[[], Any]) -> bool:
@@ -264,6 +301,7 @@ async def play(
     elif crash is not None:
         obj.crash_at(*crash)
     run = Run(obj, world, [])
+    remember_losses(run)
     while not await survive(obj, obj.start):
         pass
     if scenario.failing_statement is not None:
@@ -371,6 +409,11 @@ def check(run: Run, scenario: Scenario) -> list[str]:
         if item.agent == "flow" and run.world.effects.count(f"{sub_id}:b") > 1:
             problems.append(f"uncertain step of {sub_id} ran "
                             f"{run.world.effects.count(f'{sub_id}:b')} times")
+    problems += step_runs(run)
+    failed = [r for r in obj.reports if r.phase == "failed"]
+    allowed = 0 if scenario.failing_statement is None else 1
+    if len(failed) > allowed:
+        problems.append(f"passes failed: {[(r.failure_type, r.failure_message) for r in failed]}")
     if len(settlements) != len(run.ids):
         problems.append(f"settlements of unknown submissions: {sorted(settlements)}")
     elapsed = obj.clock.now_ms() - START
@@ -400,6 +443,27 @@ def check(run: Run, scenario: Scenario) -> list[str]:
             problems.append("the damaged timer never faulted its Thread")
         if run.failure is None or run.failure.remaining:
             problems.append("the failing statement never failed")
+    return problems
+
+
+def step_runs(run: Run) -> list[str]:
+    """Steps run once; after a loss of the object a step runs again only if the journal did
+    not hold it as finished, and then once more at most per loss."""
+    problems = []
+    crashed = bool(run.obj.crashes) or run.world.crash_inside_uncertain is not None
+    for name, count in run.world.effects.calls.items():
+        if name.endswith(":try"):
+            continue  # the flaky agent's own counter, not a step
+        if not crashed and count != 1:
+            problems.append(f"step {name} ran {count} times in a run without crashes")
+        for i, loss in enumerate(run.losses):
+            before = loss.effects.get(name, 0)
+            # Each loss from this one on may cost one more run (a redeploy is a loss too).
+            allowed = len(run.losses) - i
+            if name in loss.finished and count != before:
+                problems.append(f"step {name} ran again after the journal held it finished")
+            elif count > before + allowed:
+                problems.append(f"step {name} ran {count - before} times after {allowed} losses")
     return problems
 
 
@@ -434,7 +498,8 @@ def played(scenario: Scenario, seed: int, crash: tuple[str, int] | None) -> Run:
 
 
 def occurrences(hits: int) -> list[int]:
-    return sorted({1, (hits + 1) // 2, hits})
+    """The arrivals to crash at: the first two, the middle one and the last."""
+    return sorted({1, min(2, hits), (hits + 1) // 2, hits})
 
 
 @pytest.mark.parametrize("seed", SEEDS)

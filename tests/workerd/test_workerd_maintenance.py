@@ -9,6 +9,8 @@ their step, and a trigger logs every committed transition into ``settled``.
 from __future__ import annotations
 
 import json
+import os
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,30 @@ from typing import Any
 from workerd_runtime import Runtime, wait_for
 
 SETTLE_TIMEOUT_S = 30.0
+
+
+def kill_workerd(runtime: Runtime) -> None:
+    """SIGKILL the workerd process under the runtime's node driver, then the driver: no
+    handler finishes and nothing is flushed. Without ``/proc`` (not Linux) it only stops."""
+    process = runtime.process
+    assert process is not None
+    proc = Path("/proc")
+    if not proc.is_dir():
+        runtime.stop()
+        return
+    children = []
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == process.pid:  # its parent is the driver
+            children.append(int(stat.parent.name))
+    assert children, "no workerd process under the driver"
+    for pid in children:
+        os.kill(pid, signal.SIGKILL)
+    process.kill()
+    process.wait(timeout=10)
 
 
 def threads(runtime: Runtime, obj: str, op: str, **args: str) -> Any:
@@ -52,10 +78,11 @@ def test_a_runtime_killed_mid_attempt_restarts_and_settles_exactly_once(
         first.warm()
         admitted = threads(first, "killed", "admit", thread="t", agent="probe-slow",
                            input=json.dumps("job"))
-        # The alarm started the Attempt, whose step now hangs: stop the runtime under it.
+        # The alarm started the Attempt, whose step now hangs: kill the runtime under it.
         wait_for(lambda: "work:1" in threads(first, "killed", "status", id=admitted["id"])[
             "effects"], timeout=SETTLE_TIMEOUT_S, what="the first Attempt to start its step")
         in_flight = threads(first, "killed", "status", id=admitted["id"])
+        kill_workerd(first)
     finally:
         first.stop()
     assert in_flight["state"] == "running"
