@@ -131,6 +131,8 @@ def test_an_uncertain_step_lost_in_flight_opens_its_own_keyed_wait(
     assert (wait["kind"], wait["wait_key"], wait["state"]) == (
         "unknown", f"step:email@{revision}", "open")
     assert json.loads(wait["payload_json"]) == {"step": "step:email", "attempt": 1}
+    # Nothing failed: the lost Attempt leaves no error on an Unknown Outcome.
+    assert h.get(sub_id).error is None
 
     # Resolving it for a retry fails the started entry, with the reason and the time.
     h.clock.advance(7)
