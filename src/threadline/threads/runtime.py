@@ -306,7 +306,10 @@ class ThreadRuntime:
 
         True when it ended. False when it ignored the cancellation: it is then abandoned (kept
         referenced until it ends, its outcome discarded); its Turn is revoked and its claim is
-        ended or left to recovery by the caller, so nothing it does later commits.
+        ended or left to recovery by the caller, so nothing it does later commits. A
+        cancellation of this wait itself (the pass's event deadline arriving during a
+        timeout's grace) cuts the grace short; an agent still running is abandoned all the
+        same before the cancellation propagates.
         """
         agent.cancel()
         grace = asyncio.ensure_future(
@@ -315,11 +318,10 @@ class ThreadRuntime:
             await asyncio.wait((agent, grace), return_when=asyncio.FIRST_COMPLETED)
         finally:
             grace.cancel()
-        if agent.done():
-            return True
-        self._abandoned.add(agent)
-        agent.add_done_callback(self._forget)
-        return False
+            if not agent.done():
+                self._abandoned.add(agent)
+                agent.add_done_callback(self._forget)
+        return agent.done()
 
     def _forget(self, task: asyncio.Future[Any]) -> None:
         """An abandoned agent ended at last: drop it, and its outcome, which nobody awaits."""

@@ -99,3 +99,134 @@ def test_pass_cancels_an_attempt_still_running_at_the_event_deadline(
         assert steps == [1, 2]
 
     run(body())
+
+
+# The second Attempt starts late in the pass, so the event deadline comes before its own timeout.
+LATE = RuntimeConfig(alarm_backoff_base_ms=1_000, yield_after_ms=10_000,
+                     event_deadline_ms=20_000, attempt_timeout_ms=15_000, native_concurrency=1)
+
+
+def test_at_the_event_deadline_an_agent_gets_the_cancel_grace_then_is_abandoned(
+    raw_storage: SqliteStorage, clock: ManualClock
+) -> None:
+    """The pass's cancellation takes the runtime's cancel-with-grace path, as a timeout does:
+    an agent that swallows it holds the pass for ``cancel_grace_ms`` at most, is abandoned,
+    and whatever it does afterwards writes nothing."""
+
+    async def body() -> None:
+        stubborn = {"on": True}
+        release = asyncio.Event()
+        late: list[str] = []
+
+        def make() -> Application:
+            app = Application(LATE)
+
+            @app.agent("echo")
+            async def echo(turn: Any) -> Any:
+                if turn.thread_id == "a":
+                    clock.advance(9_000)  # the next Attempt starts late in the pass
+                    return "first"
+                if stubborn["on"]:
+                    try:
+                        await asyncio.Event().wait()
+                    except asyncio.CancelledError:
+                        await release.wait()  # ignores the cancellation
+                    try:
+                        await turn.step("late", lambda: "too late")
+                    except BaseException as exc:
+                        late.append(type(exc).__name__)
+                        raise
+                    return "from the abandoned Attempt"
+                return "answer"
+
+            return app
+
+        obj = Obj(raw_storage, clock, make)
+        await obj.start()
+        await obj.run()
+        obj.admit("a", {})
+        sub = obj.admit("b", {})
+        clock.advance(1_000)
+        started = clock.now_ms()
+        task = asyncio.ensure_future(obj.fire())
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert obj.space.runtime.active_threads == {"b"}
+        clock.set(started + LATE.event_deadline_ms)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not task.done(), "the pass did not give the agent its grace"
+        clock.advance(LATE.cancel_grace_ms)
+        report = await asyncio.wait_for(task, timeout=5)
+        assert report.settled == 1
+        assert obj.space.runtime.abandoned == 1
+        assert not obj.space.runtime.active_threads
+        # The abandoned agent wakes: its Turn was revoked, so its step and its return land
+        # nowhere.
+        release.set()
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert late and obj.space.runtime.abandoned == 0
+        assert obj.get(sub.id).state is SubmissionState.RUNNING
+        stubborn["on"] = False
+        reports = await obj.run()
+        assert reports[0].recovered == 1  # this incarnation no longer runs it: lost at once
+        done = obj.get(sub.id)
+        assert (done.outcome, done.result) == (Outcome.COMPLETED, "answer")
+
+    run(body())
+
+
+def test_an_agent_abandoned_while_its_timeout_grace_is_cut_short_is_still_tracked(
+    raw_storage: SqliteStorage, clock: ManualClock
+) -> None:
+    """The event deadline may come while a timed-out agent is in its grace: the pass does
+    not wait longer, the agent is abandoned (kept referenced until it ends) and writes
+    nothing, and the next pass recovers the claim at once."""
+
+    async def body() -> None:
+        release = asyncio.Event()
+        late: list[str] = []
+
+        def make() -> Application:
+            app = Application(CONFIG)  # attempt timeout: half the event deadline
+
+            @app.agent("echo")
+            async def echo(turn: Any) -> Any:
+                if turn.attempt == 1:
+                    try:
+                        await asyncio.Event().wait()
+                    except asyncio.CancelledError:
+                        await release.wait()
+                    try:
+                        await turn.step("late", lambda: "too late")
+                    except BaseException as exc:
+                        late.append(type(exc).__name__)
+                        raise
+                return "answer"
+
+            return app
+
+        obj = Obj(raw_storage, clock, make)
+        await obj.start()
+        await obj.run()
+        sub = obj.admit("a", {})
+        clock.advance(1_000)
+        started = clock.now_ms()
+        task = asyncio.ensure_future(obj.fire())
+        for _ in range(20):
+            await asyncio.sleep(0)
+        # The timeout and the event deadline pass at once.
+        clock.set(started + CONFIG.event_deadline_ms)
+        report = await asyncio.wait_for(task, timeout=5)
+        assert report.settled == 0
+        assert obj.space.runtime.abandoned == 1
+        release.set()
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert late and obj.space.runtime.abandoned == 0
+        reports = await obj.run()
+        assert reports[0].recovered == 1
+        assert obj.get(sub.id).outcome is Outcome.COMPLETED
+
+    run(body())
