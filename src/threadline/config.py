@@ -51,6 +51,12 @@ class RuntimeConfig(BaseModel):
     max_body_bytes: int = Field(
         1_048_576, ge=1_024, le=33_554_432, description="Largest accepted request body."
     )
+    sse_heartbeat_ms: int = Field(
+        15_000,
+        ge=1_000,
+        le=300_000,
+        description="An idle event stream sends a keep-alive comment this often.",
+    )
 
     @model_validator(mode="after")
     def _check_relations(self) -> Self:

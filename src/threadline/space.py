@@ -62,6 +62,7 @@ class Space:
             due_queue=self.scheduler.due_queue,
             wake=self.scheduler.alarm.schedule_now,
             schema_version=lambda: self.schema_version,
+            changes=self.scheduler.gate,
         )
 
     async def start(self) -> None:
