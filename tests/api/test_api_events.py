@@ -252,3 +252,14 @@ def test_head_answers_without_opening_a_subscription(chat: Api) -> None:
     assert reply.status == 200 and reply.headers["content-type"] == "text/event-stream"
     assert reply.stream is None and reply.body == b""
     assert len(chat.space.api.subscribers) == 0
+
+
+def test_the_route_is_documented_as_an_event_stream(api: Api) -> None:
+    document = api.call("GET", "/v1/openapi.json").json()
+    operation = document["paths"]["/v1/spaces/{space}/threads/{thread}/events"]["get"]
+    assert operation["operationId"] == "streamEvents"
+    assert list(operation["responses"]["200"]["content"]) == ["text/event-stream"]
+    assert "Last-Event-ID" in operation["description"]
+    parameters = {(p["in"], p["name"]) for p in operation["parameters"]}
+    assert parameters == {("query", "after"), ("header", "Last-Event-ID")}
+    assert {"400", "404", "422"} <= set(operation["responses"])
