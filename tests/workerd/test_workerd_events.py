@@ -17,6 +17,8 @@ import httpx
 from httpx_sse import ServerSentEvent, connect_sse
 from workerd_runtime import TOKEN, Runtime, wait_for
 
+from threadline.client import Client
+
 SPACE = "sse-tests"
 READ_TIMEOUT_S = 10.0
 
@@ -121,3 +123,19 @@ def test_admission_to_first_event_latency(workerd: Runtime) -> None:
     print(f"admission -> first SSE event: p50 {p50:.1f} ms, p99 {p99:.1f} ms (n={len(samples)});"
           f" the POST alone: p50 {statistics.median(posts):.1f} ms")
     assert p50 < 1000
+
+
+def test_the_client_reads_the_stream(workerd: Runtime) -> None:
+    with _client(workerd) as http, Client(workerd.url, TOKEN, timeout=READ_TIMEOUT_S) as client:
+        first = client.submit(SPACE, "c1", {"text": "from the client"}, agent="echo")
+        _drive(http, "c1")
+        events = client.events(SPACE, "c1")
+        try:
+            seen = [next(events)]
+            while seen[-1].kind != "record":
+                seen.append(next(events))
+            assert seen[-1].seq == 1
+            assert seen[-1].record().body == {"role": "assistant", "text": "from the client"}
+            assert seen[-1].record().submission_id == first.id
+        finally:
+            events.close()  # type: ignore[attr-defined]
