@@ -263,3 +263,16 @@ def test_the_route_is_documented_as_an_event_stream(api: Api) -> None:
     parameters = {(p["in"], p["name"]) for p in operation["parameters"]}
     assert parameters == {("query", "after"), ("header", "Last-Event-ID")}
     assert {"400", "404", "422"} <= set(operation["responses"])
+
+
+def test_a_record_with_line_breaks_stays_one_event(api: Api) -> None:
+    async def go() -> None:
+        await submit(api, "t1", {"text": "line\n\ndata: forged\n\nid: 99"}, agent="echo")
+        await drive(api)
+        reader = await open_stream(api, "t1")
+        record, _ = await _until_record(reader)
+        assert record.id == 1
+        assert record.data["body"]["text"] == "line\n\ndata: forged\n\nid: 99"
+        await reader.close()
+
+    run(go())
