@@ -12,13 +12,15 @@ and the whole problem document in ``error.extra["problem"]``::
         sub = client.submit("demo", "t1", {"text": "hi"}, agent="echo")
         done = client.wait("demo", "t1", sub.id, timeout=10)
         print(done.result)
+        for event in client.events("demo", "t1"):   # resumes by itself after a disconnect
+            print(event.kind, event.seq, event.data)
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -33,6 +35,7 @@ from threadline.api.models import (
     ThreadPage,
     ThreadSummary,
 )
+from threadline.client_events import ThreadEvent, aiter_events, iter_events
 from threadline.errors import (
     ApiError,
     Conflict,
@@ -224,6 +227,28 @@ class Client:
         return _parse(SubmissionDetail, self._http.post(
             _submission(space, thread, submission_id) + "/abort", json=body))
 
+    def events(
+        self,
+        space: str,
+        thread: str,
+        after: int | None = None,
+        *,
+        reconnect_delay: float = 1.0,
+        max_reconnects: int | None = None,
+    ) -> Iterator[ThreadEvent]:
+        """The Thread's live events (records after seq ``after``, or all; state changes).
+
+        Never ends on its own: a lost connection is reopened after ``reconnect_delay`` s with
+        ``Last-Event-ID`` set to the last record's seq, so records arrive once each, in order.
+        ``max_reconnects`` bounds consecutive failed reconnects (None: no bound). A refused
+        request raises the library's error. Stop by closing the iterator (or breaking out).
+        """
+        return iter_events(
+            self._http, _thread(space, thread) + "/events", after=after,
+            check=raise_for_problem, sleep=self._sleep, reconnect_delay=reconnect_delay,
+            max_reconnects=max_reconnects,
+        )
+
     def resolve(
         self, space: str, thread: str, submission_id: str, action: str, result: Any = _UNSET
     ) -> SubmissionDetail:
@@ -345,6 +370,22 @@ class AsyncClient:
         return _parse(SubmissionDetail, await self._http.post(
             _submission(space, thread, submission_id) + "/abort", json=body))
 
+    def events(
+        self,
+        space: str,
+        thread: str,
+        after: int | None = None,
+        *,
+        reconnect_delay: float = 1.0,
+        max_reconnects: int | None = None,
+    ) -> AsyncIterator[ThreadEvent]:
+        """See :meth:`Client.events` (iterate with ``async for``; stop with ``aclose()``)."""
+        return aiter_events(
+            self._http, _thread(space, thread) + "/events", after=after,
+            check=raise_for_problem, sleep=self._sleep, reconnect_delay=reconnect_delay,
+            max_reconnects=max_reconnects,
+        )
+
     async def resolve(
         self, space: str, thread: str, submission_id: str, action: str, result: Any = _UNSET
     ) -> SubmissionDetail:
@@ -354,4 +395,4 @@ class AsyncClient:
             json=_resolve_body(action, result)))
 
 
-__all__ = ["AsyncClient", "Client", "WaitTimeout", "raise_for_problem"]
+__all__ = ["AsyncClient", "Client", "ThreadEvent", "WaitTimeout", "raise_for_problem"]

@@ -92,6 +92,12 @@ class RuntimeConfig(BaseModel):
             " event_deadline_ms + cancel_grace_ms must stay below the platform's limit."
         ),
     )
+    sse_heartbeat_ms: int = Field(
+        15_000,
+        ge=1_000,
+        le=300_000,
+        description="An idle event stream sends a keep-alive comment this often.",
+    )
 
     @model_validator(mode="after")
     def _check_relations(self) -> Self:

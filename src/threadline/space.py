@@ -82,6 +82,7 @@ class Space:
             wake=self.scheduler.alarm.schedule_now,
             schema_version=lambda: self.schema_version,
             maintenance=MaintenanceReadout(self.faults, self.bindings, self.maintenance.reports),
+            changes=self.scheduler.gate,
         )
 
     async def start(self) -> None:

@@ -7,9 +7,15 @@ platform-neutral :class:`threadline.space.Space` / :mod:`threadline.api.edge`.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import suppress
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
+import js
+from pyodide.ffi import create_proxy, to_js
 from workers import DurableObject, Response, WorkerEntrypoint
 
 from threadline.api import edge
@@ -23,8 +29,68 @@ from threadline.storage.cloudflare import CloudflareStorage
 #: Headers that describe one hop's framing, not the response: never copied between hops.
 _HOP_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive"})
 
+_log = logging.getLogger("threadline.worker")
+
+
+def _js_object(value: dict[str, Any]) -> Any:
+    return to_js(value, dict_converter=js.Object.fromEntries)
+
+
+def _readable(chunks: AsyncIterator[bytes]) -> Any:
+    """A JS ``ReadableStream`` that pulls ``chunks`` one at a time, as the client reads.
+
+    Pull-based on purpose: the platform asks for the next chunk only when it has sent the last
+    one, and calls ``cancel`` when the client goes away, which ends the iterator (its clean-up
+    frees the subscriber). A writer-based stream would instead block forever on a write after
+    the client left.
+    """
+    pending: list[asyncio.Future[None]] = []
+    proxies: list[Any] = []
+
+    def release() -> None:
+        for proxy in proxies:
+            proxy.destroy()
+        proxies.clear()
+
+    async def fill(controller: Any) -> None:
+        try:
+            chunk = await anext(chunks)
+        except StopAsyncIteration:
+            controller.close()
+            release()
+            return
+        except Exception as error:
+            _log.exception("a streamed response failed")
+            controller.error(js.Error.new(f"stream failed: {type(error).__name__}"))
+            release()
+            return
+        controller.enqueue(to_js(chunk))
+
+    def pull(controller: Any) -> Any:
+        task = asyncio.ensure_future(fill(controller))
+        pending[:] = [task]
+        return task
+
+    async def cancel(reason: Any = None) -> None:
+        for task in pending:
+            if not task.done():
+                task.cancel()
+                with suppress(asyncio.CancelledError):
+                    await task
+        closer = getattr(chunks, "aclose", None)
+        if closer is not None:
+            await closer()
+        release()
+
+    proxies.extend([create_proxy(pull), create_proxy(cancel)])
+    return js.ReadableStream.new(_js_object({"pull": proxies[0], "cancel": proxies[1]}))
+
 
 def _to_platform(response: PlainResponse) -> Response:
+    if response.stream is not None:
+        return Response(
+            _readable(response.stream), status=response.status, headers=response.headers
+        )
     return Response(response.body, status=response.status, headers=response.headers)
 
 
@@ -97,9 +163,11 @@ class WorkerBase(WorkerEntrypoint):
             },
             body=body if body else None,
         )
-        # Status and headers (Location, Allow, WWW-Authenticate...) pass through unchanged.
+        # Status and headers (Location, Allow, WWW-Authenticate...) pass through unchanged, and
+        # the body as the object's stream: an event stream is relayed chunk by chunk, never
+        # buffered here.
         headers = {k: v for k, v in _headers(forwarded).items() if k not in _HOP_HEADERS}
-        return Response(await forwarded.bytes(), status=forwarded.status, headers=headers)
+        return Response(forwarded.body, status=forwarded.status, headers=headers)
 
 
 class ThreadObjectBase(DurableObject):

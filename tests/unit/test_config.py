@@ -58,3 +58,12 @@ def test_unknown_fields_are_refused_and_config_is_frozen() -> None:
 def test_min_alarm_delay_rounds_up_and_is_at_least_one() -> None:
     assert RuntimeConfig(alarm_backoff_base_ms=1).min_alarm_delay_ms == 1
     assert RuntimeConfig(alarm_backoff_base_ms=3).min_alarm_delay_ms == 2
+
+
+def test_the_stream_heartbeat_is_bounded() -> None:
+    assert RuntimeConfig().sse_heartbeat_ms == 15_000
+    assert RuntimeConfig(sse_heartbeat_ms=1_000).sse_heartbeat_ms == 1_000
+    for value in (999, 300_001, 0):
+        with pytest.raises(ValidationError) as raised:
+            RuntimeConfig(sse_heartbeat_ms=value)
+        assert "sse_heartbeat_ms" in str(raised.value)

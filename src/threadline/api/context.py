@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from threadline.api.subscribers import ChangeFeed, Subscribers
 from threadline.clock import Clock
 from threadline.config import RuntimeConfig
 from threadline.scheduling import DueQueue
@@ -74,7 +75,11 @@ class ApiContext:
     due_queue: DueQueue
     wake: Callable[[], None]
     schema_version: Callable[[], int]
+    #: In-process commit notifications that wake the open event streams.
+    changes: ChangeFeed
     maintenance: MaintenanceSources = field(default_factory=NoMaintenanceSources)
+    #: The event streams open on this object right now.
+    subscribers: Subscribers = field(default_factory=Subscribers)
 
 
 __all__ = ["ApiContext", "MaintenanceSources", "NoMaintenanceSources"]

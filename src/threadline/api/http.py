@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -41,11 +42,17 @@ class Request:
 
 @dataclass(frozen=True, slots=True)
 class Response:
-    """An HTTP response: status, headers and a byte body."""
+    """An HTTP response: status, headers and a byte body, or a streamed body.
+
+    ``stream``, when set, replaces ``body``: an async iterator of byte chunks that the platform
+    sends as they come, without buffering (an event stream never ends on its own). Whoever
+    stops consuming it early closes it (``aclose``), which runs its clean-up.
+    """
 
     status: int
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
+    stream: AsyncIterator[bytes] | None = None
 
     def json(self) -> Any:
         """The body decoded as JSON."""

@@ -86,6 +86,14 @@ class ThreadsQuery(_Query):
     limit: int = Field(100, ge=1, le=1_000)
 
 
+class EventsQuery(_Query):
+    """Where a new event stream starts (a ``Last-Event-ID`` header takes precedence)."""
+
+    after: int = Field(
+        0, ge=0, le=MAX_SAFE_INTEGER, description="Send the records after this history seq."
+    )
+
+
 class HistoryQuery(_Query):
     """Paging of a Thread's history by record sequence number."""
 
@@ -358,6 +366,7 @@ __all__ = [
     "ApprovalRequest",
     "ApprovalView",
     "BindingWaitView",
+    "EventsQuery",
     "FaultView",
     "FieldError",
     "GenerationView",

@@ -74,6 +74,8 @@ def _problem_statuses(route: Route) -> list[int]:
         statuses.update(_BODY_PROBLEMS)
     if route.query is not None:
         statuses.add(422)
+    if route.headers:
+        statuses.add(400)
     return sorted(statuses)
 
 
@@ -85,9 +87,12 @@ def _operation(route: Route, refs: _Refs) -> dict[str, Any]:
     responses: dict[str, Any] = {}
     for status, (model, description) in sorted(route.responses.items()):
         schema = free_form() if model is None else refs[(model, "serialization")]
+        if route.media_type != "application/json":
+            # A text body (an event stream): its format is told in the description.
+            schema = {"type": "string"}
         response: dict[str, Any] = {
             "description": description,
-            "content": {"application/json": {"schema": schema}},
+            "content": {route.media_type: {"schema": schema}},
         }
         if route.location:
             response["headers"] = {
@@ -110,8 +115,16 @@ def _operation(route: Route, refs: _Refs) -> dict[str, Any]:
     }
     if not route.authenticated:
         operation["security"] = []
-    if route.query is not None:
-        operation["parameters"] = _query_parameters(route.query)
+    parameters = _query_parameters(route.query) if route.query is not None else []
+    parameters.extend(
+        {"name": name, "in": "header", "required": False, "description": text,
+         "schema": {"type": "string"}}
+        for name, text in route.headers
+    )
+    if parameters:
+        operation["parameters"] = parameters
+    if route.description:
+        operation["description"] = route.description
     if route.body is not None:
         operation["requestBody"] = {
             "required": True,

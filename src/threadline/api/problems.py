@@ -20,6 +20,7 @@ PROBLEM_CONTENT_TYPE = "application/problem+json"
 PROBLEM_TYPES: dict[str, tuple[int, str]] = {
     "invalid-json": (400, "Malformed JSON"),
     "invalid-id": (400, "Invalid identifier"),
+    "invalid-header": (400, "Invalid header"),
     "unauthorized": (401, "Unauthorized"),
     "not-found": (404, "Not found"),
     "method-not-allowed": (405, "Method not allowed"),
@@ -74,6 +75,16 @@ class InvalidId(ValidationFailed):
         super().__init__(message, field=field, status=400)
 
 
+class InvalidHeader(ValidationFailed):
+    """A request header has a value the route cannot use (400)."""
+
+    problem_slug = "invalid-header"
+    title = "Invalid header"
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message, field=field, status=400)
+
+
 def problem_from_error(error: ApiError) -> Response:
     """The problem response for an :class:`ApiError`; its ``detail`` names the field."""
     slug = getattr(error, "problem_slug", None) or str(error.code)
@@ -106,6 +117,7 @@ __all__ = [
     "PROBLEM_CONTENT_TYPE",
     "PROBLEM_TYPES",
     "PROBLEM_TYPE_BASE",
+    "InvalidHeader",
     "InvalidId",
     "MalformedJson",
     "internal_error",

@@ -42,6 +42,12 @@ class Route:
     authenticated: bool = True
     #: True when its success responses carry a ``Location`` header.
     location: bool = False
+    #: The media type of its success responses.
+    media_type: str = "application/json"
+    #: Request headers it reads, as (name, description) for the OpenAPI document.
+    headers: tuple[tuple[str, str], ...] = ()
+    #: A longer explanation for the OpenAPI document.
+    description: str = ""
     segments: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:

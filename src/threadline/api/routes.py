@@ -8,16 +8,18 @@ answers. Every refusal is a problem response and writes nothing.
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
+from threadline.api import events, submissions, threads
 from threadline.api import maintenance as maintenance_routes
-from threadline.api import submissions, threads
 from threadline.api.context import ApiContext
 from threadline.api.http import Request, Response, json_response, model_response
 from threadline.api.models import (
     AbortRequest,
     ApprovalRequest,
     ApprovalView,
+    EventsQuery,
     Health,
     HistoryPage,
     HistoryQuery,
@@ -76,6 +78,12 @@ ROUTES: list[Route] = [
     Route("GET", _THREAD + "/history", threads.history, "getHistory",
           "A Thread's canonical records, paged by seq.",
           {200: (HistoryPage, "A page of records.")}, query=HistoryQuery),
+    Route("GET", _THREAD + "/events", events.events, "streamEvents",
+          "A Thread's records and submission state changes, live (Server-Sent Events).",
+          {200: (None, "An endless text/event-stream (see the operation's description).")},
+          query=EventsQuery, media_type=events.EVENT_STREAM,
+          headers=(("Last-Event-ID", "Resume after this history seq (wins over `after`)."),),
+          description=events.STREAM_DESCRIPTION),
     Route("POST", _THREAD + "/submissions", submissions.submit, "submit",
           "Submit input to a Thread (FIFO behind its earlier submissions).",
           {202: (SubmissionView, "Admitted."),
@@ -125,8 +133,16 @@ async def route(ctx: ApiContext, request: Request) -> Response:
         _log.exception("unexpected failure answering %s %s", request.method, request.path)
         return internal_error()
     if request.method == "HEAD":
+        if response.stream is not None:
+            await _close(response.stream)
         return Response(response.status, response.headers, b"")
     return response
+
+
+async def _close(stream: AsyncIterator[bytes]) -> None:
+    closer = getattr(stream, "aclose", None)
+    if closer is not None:
+        await closer()
 
 
 __all__ = ["HEALTH_PATH", "OPENAPI_PATH", "ROUTER", "ROUTES", "route"]

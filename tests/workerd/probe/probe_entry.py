@@ -1,6 +1,7 @@
 """Test-only Worker for the workerd integration tests; never deployed.
 
-It re-exports the example app's ``Default`` and ``ThreadObject`` unchanged and adds a
+It re-exports the example app's ``Default`` and ``ThreadObject`` (plus a test-only ``/_drive/``
+route that runs a Thread's work on demand) and adds a
 ``StorageProbe`` Durable Object (binding ``PROBE``) that drives ``CloudflareStorage`` directly,
 so the tests can pin what the adapter relies on in real workerd. ``/_probe/{object}/{op}`` goes
 to the probe object named ``object``; ``/_threads/{object}/{op}`` goes to a
@@ -23,7 +24,8 @@ from pyodide.ffi import jsnull
 from workers import DurableObject, Response
 
 from entry import Default as AppDefault
-from entry import ThreadObject
+from entry import ThreadObject as AppThreadObject
+from entry import app as entry_app
 from threadline.app import Application
 from threadline.clock import SystemClock
 from threadline.config import RuntimeConfig
@@ -159,6 +161,8 @@ THREADS_SCHEMA = (
 )
 
 PREFIX = "/_probe/"
+#: ``/_drive/{space}/{thread}``: run the Thread's work now, in the app's own object.
+DRIVE = "/_drive/"
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS probe_items (k TEXT PRIMARY KEY, v TEXT)",
     "CREATE TABLE IF NOT EXISTS probe_plain (id INTEGER PRIMARY KEY, v TEXT)",
@@ -188,6 +192,11 @@ class Default(AppDefault):
     async def fetch(self, request: Any) -> Response:
         url = str(request.url)
         path = urlsplit(url).path
+        if path.startswith(DRIVE):
+            space = path[len(DRIVE) :].split("/", 1)[0]
+            driven = await self.env.THREADS.getByName(space).fetch(url)
+            return Response(await driven.bytes(), status=driven.status,
+                            headers={"content-type": "application/json"})
         if path.startswith(THREADS_PREFIX):
             name = path[len(THREADS_PREFIX) :].split("/", 1)[0]
             forwarded = await self.env.PROBE_THREADS.getByName(name).fetch(url)
@@ -251,6 +260,35 @@ class ProbeThreadObject(ThreadObjectBase):
         else:
             return Response.json({"error": f"no op {op}"}, status=404)
         return Response(json.dumps(body), headers={"content-type": "application/json"})
+
+
+# The app's agents and configuration, but idle event streams send a heartbeat every second, so
+# a test sees a stream whose client left being freed (the runtime notices at the next write).
+driven_app = Application(entry_app.config.model_copy(update={"sse_heartbeat_ms": 1_000}))
+driven_app.agents = entry_app.agents
+
+
+class ThreadObject(AppThreadObject):
+    """The app's object, plus ``/_drive/``: recovery and head Attempts of one Thread until
+    nothing changes, as a maintenance pass would run them (test-only)."""
+
+    app = driven_app
+
+    async def fetch(self, request: Any) -> Response:
+        path = urlsplit(str(request.url)).path
+        if not path.startswith(DRIVE):
+            return await super().fetch(request)
+        thread = path[len(DRIVE) :].split("/")[1]
+        runtime = self.space.runtime
+        settled = 0
+        for _ in range(20):
+            before = runtime.ledger.thread_open(thread)
+            runtime.run_recovery(thread)
+            if await runtime.process_thread_head(thread) is not None:
+                settled += 1
+            if runtime.ledger.thread_open(thread) == before:
+                break
+        return Response.json({"settled": settled, "subscribers": len(self.space.api.subscribers)})
 
 
 class StorageProbe(DurableObject):

@@ -1,0 +1,195 @@
+"""``GET .../threads/{thread}/events``: a Thread's live event stream (Server-Sent Events).
+
+Two kinds of events, chosen so that resuming is exact:
+
+- ``event: record`` — one canonical history record, with ``id:`` set to its history seq. The
+  stream sends every record after the resume point in seq order, then each new one as it is
+  appended. A client that reconnects with ``Last-Event-ID: N`` (or ``?after=N`` on a fresh
+  connection; the header wins when both are sent, as a reconnecting browser keeps the URL)
+  gets exactly the records after ``N``: no gap, no duplicate.
+- ``event: submission`` — a submission's state changed (admitted, started, suspended, settled,
+  ...). It carries NO ``id:`` field, so it never moves the client's Last-Event-ID (the SSE
+  rule: an event without an id keeps the last one). These are live notifications: each
+  connection starts with the current state of the Thread's open submissions, then sends each
+  change it observes. A change that happened while no connection was open is not replayed;
+  its effect shows in that opening snapshot (once settled, in ``GET .../submissions/{id}``).
+
+An idle stream sends the comment ``: keep-alive`` every ``sse_heartbeat_ms``. The stream waits
+on the gate's in-process change notifications; each wake reads only the records after the last
+one it sent and the Thread's open submissions (one indexed read each).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from threadline.api.body import read_query
+from threadline.api.context import ApiContext
+from threadline.api.http import Request, Response
+from threadline.api.models import MAX_SAFE_INTEGER, EventsQuery
+from threadline.api.problems import InvalidHeader
+from threadline.errors import NotFound, ValidationFailed
+from threadline.threads import outbox, views
+from threadline.threads.model import decode_json
+
+EVENT_STREAM = "text/event-stream"
+STREAM_DESCRIPTION = (
+    "Server-Sent Events. `event: record` carries one canonical history record as JSON "
+    "(`seq`, `record_id`, `submission_id`, `kind`, `body`, `created_at`) with `id:` set to its "
+    "history seq; the stream first sends every record after the resume point, then each new "
+    "one as it is appended. Resume with `Last-Event-ID: <seq>` (or `?after=<seq>`; the header "
+    "wins): exactly the records after that seq follow, no gap and no duplicate. "
+    "`event: submission` carries a submission's state (`id`, `seq`, `state`, `outcome`, "
+    "`attempts`, `revision`) WITHOUT an `id:` field, so it never moves Last-Event-ID: each "
+    "connection opens with the current state of the open submissions, then sends each change "
+    "it observes; changes made while disconnected are not replayed. An idle stream sends the "
+    "comment `: keep-alive` every `sse_heartbeat_ms` (15 s by default)."
+)
+RECORD_EVENT = "record"
+SUBMISSION_EVENT = "submission"
+HEARTBEAT = b": keep-alive\n\n"
+#: Records read per storage query while catching up on a backlog.
+PAGE = 100
+#: The state snapshot follows at most this many open submissions (the head first).
+OPEN_FOLLOWED = 100
+
+
+def frame(event: str, data: Any, event_id: int | None = None) -> bytes:
+    """One SSE event: ``data`` as a single line of compact JSON."""
+    text = json.dumps(data, separators=(",", ":"), sort_keys=True)
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {event}\ndata: {text}\n\n".encode()
+
+
+def resume_point(request: Request) -> int:
+    """The seq after which to start: ``Last-Event-ID`` if sent, else ``?after=``, else 0."""
+    query = read_query(request, EventsQuery)
+    header = request.header("last-event-id")
+    if header is None:
+        return query.after
+    value = header.strip()
+    if not value.isascii() or not value.isdigit() or int(value) > MAX_SAFE_INTEGER:
+        raise InvalidHeader(
+            f"must be a history seq (an integer from 0 to {MAX_SAFE_INTEGER})",
+            field="Last-Event-ID",
+        )
+    return int(value)
+
+
+def _record(row: dict[str, object]) -> bytes:
+    seq = int(str(row["seq"]))
+    data = {
+        "seq": seq, "record_id": row["record_id"], "submission_id": row["submission_id"],
+        "kind": row["kind"], "body": decode_json(str(row["body_json"])),
+        "created_at": row["created_at"],
+    }
+    return frame(RECORD_EVENT, data, seq)
+
+
+def _state(submission_id: str, seq: int, state: str, revision: int, attempts: int,
+           outcome: str | None) -> bytes:
+    return frame(SUBMISSION_EVENT, {
+        "id": submission_id, "seq": seq, "state": state, "outcome": outcome,
+        "attempts": attempts, "revision": revision,
+    })
+
+
+class _Follower:
+    """What one stream has sent so far: the last record seq and each submission's revision."""
+
+    def __init__(self, ctx: ApiContext, thread_id: str, after: int) -> None:
+        self.ctx = ctx
+        self.thread_id = thread_id
+        self.last_seq = after
+        self.seen: dict[str, int] = {}
+
+    def records(self) -> list[bytes]:
+        """The records appended after the last one sent, in seq order (all pages)."""
+        out: list[bytes] = []
+        while True:
+            rows = outbox.read_history(
+                self.ctx.storage, self.thread_id, after=self.last_seq, limit=PAGE
+            )
+            for row in rows:
+                out.append(_record(row))
+                self.last_seq = int(str(row["seq"]))
+            if len(rows) < PAGE:
+                return out
+
+    def states(self) -> list[bytes]:
+        """A ``submission`` event for each submission whose revision moved since last sent."""
+        out: list[bytes] = []
+        current = views.open_submissions(self.ctx.storage, self.thread_id, limit=OPEN_FOLLOWED)
+        still_open = set()
+        for item in current:
+            still_open.add(item.submission_id)
+            if self.seen.get(item.submission_id) != item.revision:
+                self.seen[item.submission_id] = item.revision
+                out.append(_state(item.submission_id, item.seq, item.state.value,
+                                  item.revision, item.attempts, None))
+        # A followed submission that left the open set has settled: say how, once.
+        for submission_id in sorted(set(self.seen) - still_open):
+            del self.seen[submission_id]
+            gone = self.ctx.ledger.get(submission_id)
+            outcome = gone.outcome.value if gone.outcome is not None else None
+            out.append(_state(gone.id, gone.seq, gone.state.value, gone.revision,
+                              gone.attempts, outcome))
+        return out
+
+
+async def stream(ctx: ApiContext, thread_id: str, after: int) -> AsyncIterator[bytes]:
+    """The event stream of ``thread_id`` from ``after``; runs until the consumer closes it."""
+    subscription = ctx.subscribers.open(ctx.changes, ctx.clock)
+    follower = _Follower(ctx, thread_id, after)
+    interval = ctx.config.sse_heartbeat_ms
+    try:
+        heartbeat_at = ctx.clock.now_ms() + interval
+        while True:
+            # Taken before reading: a commit after the read moves it, so the wait returns.
+            revision = subscription.revision
+            chunks = follower.records() + follower.states()
+            for chunk in chunks:
+                yield chunk
+            if chunks:
+                heartbeat_at = ctx.clock.now_ms() + interval
+            if not await subscription.wait(revision, heartbeat_at):
+                yield HEARTBEAT
+                heartbeat_at = ctx.clock.now_ms() + interval
+    finally:
+        subscription.close()
+
+
+async def events(ctx: ApiContext, request: Request, params: dict[str, str]) -> Response:
+    """``GET .../threads/{thread}/events``: the Thread's records and state changes, live."""
+    after = resume_point(request)
+    record = views.thread(ctx.storage, params["thread"])
+    if record is None:
+        raise NotFound(f"no thread {params['thread']!r}", field="thread")
+    if after > record.history_seq:
+        # A seq this object never handed out: resuming there would skip records to come.
+        detail = f"{after} is past the Thread's last record ({record.history_seq})"
+        if request.header("last-event-id") is not None:
+            raise InvalidHeader(detail, field="Last-Event-ID")
+        raise ValidationFailed(detail, field="after")
+    headers = {
+        "content-type": EVENT_STREAM,
+        "cache-control": "no-cache",
+        # Asks buffering proxies (nginx and alike) to pass each event through at once.
+        "x-accel-buffering": "no",
+    }
+    return Response(200, headers, stream=stream(ctx, record.id, after))
+
+
+__all__ = [
+    "EVENT_STREAM",
+    "HEARTBEAT",
+    "RECORD_EVENT",
+    "STREAM_DESCRIPTION",
+    "SUBMISSION_EVENT",
+    "events",
+    "frame",
+    "resume_point",
+    "stream",
+]

@@ -1,0 +1,148 @@
+"""The client side of a Thread's event stream: resuming iterators over httpx-sse.
+
+Used by :meth:`threadline.client.Client.events` and :meth:`threadline.client.AsyncClient.events`.
+A dropped connection (a transport error, or the server ending the response) is reopened with
+``Last-Event-ID`` set to the seq of the last record received, so the records seen by the
+caller have no gap and no duplicate. Submission state events carry no seq and are live only:
+those sent while the connection was down are not replayed (each new connection opens with
+the current state of the open submissions). A refused request raises the library's error at
+once, without reconnecting.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+from httpx_sse import ServerSentEvent, aconnect_sse, connect_sse
+
+from threadline.api.models import HistoryRecord
+
+EventKind = Literal["record", "submission"]
+_KINDS: frozenset[str] = frozenset({"record", "submission"})
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadEvent:
+    """One event of a Thread's stream.
+
+    ``kind`` is ``record`` (a canonical history record; ``seq`` is its history seq) or
+    ``submission`` (a submission's state: ``id``, ``seq``, ``state``, ``outcome``,
+    ``attempts``, ``revision``; ``seq`` is None). ``data`` is the event's JSON.
+    """
+
+    kind: EventKind
+    seq: int | None
+    data: dict[str, Any]
+
+    def record(self) -> HistoryRecord:
+        """The record of a ``record`` event as the API's model."""
+        if self.kind != "record":
+            raise ValueError(f"a {self.kind} event carries no record")
+        return HistoryRecord.model_validate(self.data)
+
+
+def _event(sse: ServerSentEvent) -> ThreadEvent | None:
+    """The event, or None for one this client does not know (ignored, for compatibility)."""
+    if sse.event not in _KINDS:
+        return None
+    data = json.loads(sse.data)
+    if sse.event == "record":
+        return ThreadEvent("record", int(data["seq"]), data)
+    return ThreadEvent("submission", None, data)
+
+
+def _headers(last_seq: int | None) -> dict[str, str]:
+    headers = {"accept": "text/event-stream", "cache-control": "no-cache"}
+    if last_seq is not None:
+        headers["last-event-id"] = str(last_seq)
+    return headers
+
+
+@dataclass(slots=True)
+class _Resume:
+    """Where the stream stands and how many reconnects in a row have failed."""
+
+    last_seq: int | None
+    max_reconnects: int | None
+    failures: int = 0
+
+    def accept(self, event: ThreadEvent) -> None:
+        self.failures = 0
+        if event.seq is not None:
+            self.last_seq = event.seq
+
+    def lost(self, error: Exception | None) -> None:
+        """Count a lost connection; re-raise ``error`` once the allowance is spent."""
+        self.failures += 1
+        if self.max_reconnects is not None and self.failures > self.max_reconnects:
+            if error is not None:
+                raise error
+            raise httpx.ReadError("the event stream kept ending without events")
+
+
+def iter_events(
+    http: httpx.Client,
+    path: str,
+    *,
+    after: int | None,
+    check: Callable[[httpx.Response], None],
+    sleep: Callable[[float], None],
+    reconnect_delay: float,
+    max_reconnects: int | None,
+) -> Iterator[ThreadEvent]:
+    """Yield the stream's events for ever, reconnecting after each lost connection."""
+    state = _Resume(after, max_reconnects)
+    while True:
+        error: Exception | None = None
+        try:
+            with connect_sse(http, "GET", path, headers=_headers(state.last_seq)) as source:
+                if source.response.status_code >= 400:
+                    source.response.read()
+                    check(source.response)
+                for sse in source.iter_sse():
+                    event = _event(sse)
+                    if event is not None:
+                        state.accept(event)
+                        yield event
+        except httpx.TransportError as exc:
+            error = exc
+        state.lost(error)
+        sleep(reconnect_delay)
+
+
+async def aiter_events(
+    http: httpx.AsyncClient,
+    path: str,
+    *,
+    after: int | None,
+    check: Callable[[httpx.Response], None],
+    sleep: Callable[[float], Awaitable[None]],
+    reconnect_delay: float,
+    max_reconnects: int | None,
+) -> AsyncIterator[ThreadEvent]:
+    """The asynchronous twin of :func:`iter_events`."""
+    state = _Resume(after, max_reconnects)
+    while True:
+        error: Exception | None = None
+        try:
+            async with aconnect_sse(http, "GET", path,
+                                    headers=_headers(state.last_seq)) as source:
+                if source.response.status_code >= 400:
+                    await source.response.aread()
+                    check(source.response)
+                async for sse in source.aiter_sse():
+                    event = _event(sse)
+                    if event is not None:
+                        state.accept(event)
+                        yield event
+        except httpx.TransportError as exc:
+            error = exc
+        state.lost(error)
+        await sleep(reconnect_delay)
+
+
+__all__ = ["EventKind", "ThreadEvent", "aiter_events", "iter_events"]

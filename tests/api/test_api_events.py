@@ -1,0 +1,278 @@
+"""The live event stream of a Thread: records by seq, state changes, resume, heartbeat, close."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from api_support import Api, make_api, run
+from sse_support import (
+    Event,
+    StreamReader,
+    call,
+    drive,
+    open_stream,
+    pending,
+    submit,
+    turns,
+)
+
+from threadline import Application, ManualClock, Turn
+
+
+def _chatty(app: Application) -> None:
+    @app.agent("chatty")
+    async def chatty(turn: Turn) -> Any:
+        for index in range(int(turn.input["count"])):
+            await turn.emit({"n": index})
+        return {"said": turn.input["count"]}
+
+
+@pytest.fixture
+def chat(clock: ManualClock) -> Api:
+    return make_api(clock, _chatty)
+
+
+def _records(events: list[Event]) -> list[Event]:
+    return [e for e in events if e.event == "record"]
+
+
+async def _until_record(reader: StreamReader) -> tuple[Event, list[Event]]:
+    """The next record, and the submission events read before it."""
+    states: list[Event] = []
+    while True:
+        event = await reader.next()
+        if event.event == "record":
+            return event, states
+        states.append(event)
+
+
+def test_records_arrive_in_seq_order_then_live(chat: Api) -> None:
+    async def go() -> None:
+        await submit(chat, "t1", {"count": 3}, agent="chatty")
+        await drive(chat)
+        reader = await open_stream(chat, "t1")
+        backlog = [await _until_record(reader) for _ in range(3)]
+        assert [r.id for r, _ in backlog] == [1, 2, 3]
+        assert [r.data["body"] for r, _ in backlog] == [{"n": 0}, {"n": 1}, {"n": 2}]
+        assert backlog[0][0].data["seq"] == 1 and backlog[0][0].data["kind"] == "record"
+        # Nothing open: the opening snapshot of submission states is empty.
+        waiting = await pending(reader)
+        assert not waiting.done()
+        second = await submit(chat, "t1", {"count": 2}, agent="chatty")
+        admitted = await waiting
+        assert admitted.event == "submission" and admitted.id is None
+        assert admitted.data["id"] == second["id"] and admitted.data["state"] == "queued"
+        await drive(chat)
+        live = [await _until_record(reader) for _ in range(2)]
+        assert [r.id for r, _ in live] == [4, 5]
+        settled = await reader.next()
+        assert settled.event == "submission" and settled.id is None
+        assert settled.data == {
+            "id": second["id"], "seq": 2, "state": "settled", "outcome": "completed",
+            "attempts": 1, "revision": settled.data["revision"],
+        }
+        await reader.close()
+
+    run(go())
+
+
+def test_state_changes_of_an_approval_flow(api: Api) -> None:
+    async def go() -> None:
+        sub = await submit(api, "t1", {"text": "hi"}, agent="confirm")
+        await drive(api)
+        reader = await open_stream(api, "t1")
+        opening = await reader.next()
+        assert opening.data["state"] == "suspended" and opening.id is None
+        decided = await call(api, "POST", api.submission_path("t1", sub["id"])
+                             + "/approvals/confirm", {"approved": True})
+        assert decided.status == 200
+        woken = await reader.next()
+        assert woken.data["state"] == "ready"
+        await drive(api)
+        seen = [await reader.next()]
+        while seen[-1].data.get("state") != "settled":
+            seen.append(await reader.next())
+        # The record comes before the settlement it preceded; states between two reads of
+        # the stream (running) may be coalesced into the latest one.
+        assert [(e.event, e.id) for e in seen if e.event == "record"] == [("record", 1)]
+        assert seen[0].event == "record"
+        assert seen[-1].data["outcome"] == "completed"
+        await reader.close()
+
+    run(go())
+
+
+def test_resume_with_last_event_id_has_no_gap_and_no_duplicate(chat: Api) -> None:
+    async def go() -> None:
+        await submit(chat, "t1", {"count": 4}, agent="chatty")
+        await drive(chat)
+        first = await open_stream(chat, "t1")
+        got = [(await _until_record(first))[0] for _ in range(2)]
+        await first.close()
+        # While disconnected, more records are appended.
+        await submit(chat, "t1", {"count": 3}, agent="chatty")
+        await drive(chat)
+        again = await open_stream(chat, "t1", after=0, last_event_id=str(got[-1].id))
+        rest = [(await _until_record(again))[0] for _ in range(5)]
+        tail = await pending(again)
+        assert not tail.done()
+        seqs = [e.id for e in got + rest]
+        assert seqs == list(range(1, 8))
+        assert len({e.data["record_id"] for e in got + rest}) == 7
+        tail.cancel()
+        await turns()
+        await again.close()
+        # ?after= starts a fresh connection at the same place.
+        fresh = await open_stream(chat, "t1", after=6)
+        assert (await _until_record(fresh))[0].id == 7
+        await fresh.close()
+
+    run(go())
+
+
+def test_heartbeat_follows_the_injected_clock(chat: Api, clock: ManualClock) -> None:
+    interval = chat.app.config.sse_heartbeat_ms
+
+    async def go() -> None:
+        await submit(chat, "t1", {"count": 1}, agent="chatty")
+        await drive(chat)
+        reader = await open_stream(chat, "t1")
+        await _until_record(reader)
+        waiting = await pending(reader)
+        clock.advance(interval - 1)
+        await turns()
+        assert not waiting.done()
+        clock.advance(1)
+        await turns()
+        assert waiting.done()
+        beat = await waiting
+        assert beat.comment == "keep-alive" and beat.event is None and beat.id is None
+        # The next one is a whole interval later again.
+        waiting = await pending(reader)
+        clock.advance(interval - 1)
+        await turns()
+        assert not waiting.done()
+        clock.advance(1)
+        await turns()
+        assert waiting.done() and (await waiting).comment == "keep-alive"
+        await reader.close()
+
+    run(go())
+
+
+def test_closing_the_stream_frees_its_subscriber_and_timer(chat: Api, clock: ManualClock) -> None:
+    subscribers = chat.space.api.subscribers
+
+    async def go() -> None:
+        await submit(chat, "t1", {"count": 1}, agent="chatty")
+        await drive(chat)
+        readers = [await open_stream(chat, "t1") for _ in range(2)]
+        for reader in readers:
+            await _until_record(reader)
+        assert len(subscribers) == 2
+        # The first waits for news (its heartbeat timer is set); the second is between reads.
+        waiting = await pending(readers[0])
+        assert clock.next_deadline() is not None
+        await readers[1].close()
+        assert len(subscribers) == 1
+        # A read given up (the platform cancels it when the client leaves) ends the stream.
+        waiting.cancel()
+        await turns()
+        assert len(subscribers) == 0
+        assert clock.next_deadline() is None
+        await readers[0].close()
+
+    run(go())
+
+
+def test_an_idle_stream_reads_nothing_and_a_wake_reads_only_new_records(chat: Api) -> None:
+    meter = chat.storage.meter
+
+    async def go() -> None:
+        await submit(chat, "t1", {"count": 250}, agent="chatty")
+        await drive(chat)
+        reader = await open_stream(chat, "t1")
+        for _ in range(250):
+            await _until_record(reader)
+        waiting = await pending(reader)
+        idle = meter.reading()
+        await turns(200)
+        assert (meter.reading() - idle).rows_read == 0
+        assert not waiting.done()
+        # A commit elsewhere in the object wakes the stream; it reads past seq 250 only.
+        before = meter.reading()
+        await submit(chat, "t2", {"count": 1}, agent="chatty")
+        admitted = meter.reading() - before
+        await turns()
+        woke = meter.reading() - before
+        assert not waiting.done()
+        # Two reads (records after 250, open submissions), and no row comes back: nothing new.
+        assert woke.statements - admitted.statements == 2
+        assert woke.rows_read == admitted.rows_read
+        waiting.cancel()
+        await turns()
+        await reader.close()
+
+    run(go())
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "1.5", " ", "9007199254740992", "٣", "99"])
+def test_a_bad_last_event_id_is_a_400_and_writes_nothing(chat: Api, value: str) -> None:
+    run(submit(chat, "t1", {"count": 1}, agent="chatty"))
+    chat.drive()
+    before = chat.dump()
+    reply = chat.call("GET", chat.thread_path("t1") + "/events",
+                      headers={"Last-Event-ID": value})
+    assert reply.status == 400, reply.body
+    problem = reply.json()
+    assert problem["type"] == "urn:threadline:problem:invalid-header"
+    assert problem["field"] == "Last-Event-ID"
+    assert reply.stream is None
+    assert chat.dump() == before
+    assert len(chat.space.api.subscribers) == 0
+
+
+def test_other_refusals(chat: Api) -> None:
+    run(submit(chat, "t1", {"count": 1}, agent="chatty"))
+    chat.drive()
+    unknown = chat.call("GET", chat.thread_path("nope") + "/events")
+    assert unknown.status == 404 and unknown.json()["field"] == "thread"
+    for query in ("after=x", "after=-1", "after=5"):
+        bad = chat.call("GET", chat.thread_path("t1") + "/events?" + query)
+        assert bad.status == 422, (query, bad.body)
+        assert bad.json()["field"] == "after"
+    post = chat.call("POST", chat.thread_path("t1") + "/events", {})
+    assert post.status == 405 and post.headers["allow"] == "GET, HEAD"
+
+
+def test_head_answers_without_opening_a_subscription(chat: Api) -> None:
+    run(submit(chat, "t1", {"count": 1}, agent="chatty"))
+    reply = chat.call("HEAD", chat.thread_path("t1") + "/events")
+    assert reply.status == 200 and reply.headers["content-type"] == "text/event-stream"
+    assert reply.stream is None and reply.body == b""
+    assert len(chat.space.api.subscribers) == 0
+
+
+def test_the_route_is_documented_as_an_event_stream(api: Api) -> None:
+    document = api.call("GET", "/v1/openapi.json").json()
+    operation = document["paths"]["/v1/spaces/{space}/threads/{thread}/events"]["get"]
+    assert operation["operationId"] == "streamEvents"
+    assert list(operation["responses"]["200"]["content"]) == ["text/event-stream"]
+    assert "Last-Event-ID" in operation["description"]
+    parameters = {(p["in"], p["name"]) for p in operation["parameters"]}
+    assert parameters == {("query", "after"), ("header", "Last-Event-ID")}
+    assert {"400", "404", "422"} <= set(operation["responses"])
+
+
+def test_a_record_with_line_breaks_stays_one_event(api: Api) -> None:
+    async def go() -> None:
+        await submit(api, "t1", {"text": "line\n\ndata: forged\n\nid: 99"}, agent="echo")
+        await drive(api)
+        reader = await open_stream(api, "t1")
+        record, _ = await _until_record(reader)
+        assert record.id == 1
+        assert record.data["body"]["text"] == "line\n\ndata: forged\n\nid: 99"
+        await reader.close()
+
+    run(go())

@@ -1,0 +1,146 @@
+"""The event stream through the real Worker and object, over HTTP, streamed end to end.
+
+Runs are settled through the probe's test-only ``/_drive/`` route (the app's own object runs
+the Thread's head Attempts on request), since the alarm does not run agents on this branch.
+Every wait is bounded by an HTTP read timeout or a polled deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+from httpx_sse import ServerSentEvent, connect_sse
+from workerd_runtime import TOKEN, Runtime, wait_for
+
+from threadline.client import Client
+
+SPACE = "sse-tests"
+READ_TIMEOUT_S = 10.0
+
+
+def _thread(name: str) -> str:
+    return f"/v1/spaces/{SPACE}/threads/{name}"
+
+
+def _client(runtime: Runtime) -> httpx.Client:
+    return httpx.Client(
+        base_url=runtime.url, headers={"authorization": f"Bearer {TOKEN}"},
+        timeout=httpx.Timeout(READ_TIMEOUT_S),
+    )
+
+
+def _submit(client: httpx.Client, thread: str, text: str) -> dict[str, Any]:
+    reply = client.post(_thread(thread) + "/submissions",
+                        json={"agent": "echo", "input": {"text": text}})
+    assert reply.status_code == 202, reply.text
+    body: dict[str, Any] = reply.json()
+    return body
+
+
+def _drive(client: httpx.Client, thread: str) -> dict[str, Any]:
+    reply = client.get(f"/_drive/{SPACE}/{thread}")
+    assert reply.status_code == 200, reply.text
+    body: dict[str, Any] = reply.json()
+    return body
+
+
+def _records(events: Iterator[ServerSentEvent], count: int) -> list[ServerSentEvent]:
+    found = []
+    for event in events:
+        if event.event == "record":
+            found.append(event)
+            if len(found) == count:
+                return found
+    raise AssertionError("the stream ended early")
+
+
+def test_stream_delivers_history_live_records_and_resumes(workerd: Runtime) -> None:
+    with _client(workerd) as client:
+        _submit(client, "s1", "one")
+        assert _drive(client, "s1")["settled"] == 1
+        headers = {"accept": "text/event-stream"}
+        with connect_sse(client, "GET", _thread("s1") + "/events", headers=headers) as source:
+            assert source.response.headers["content-type"] == "text/event-stream"
+            events = source.iter_sse()
+            [first] = _records(events, 1)
+            assert first.id == "1"
+            assert json.loads(first.data)["body"] == {"role": "assistant", "text": "one"}
+            # Live: a new submission is announced (no id), then its record arrives (id 2).
+            second = _submit(client, "s1", "two")
+            announced = next(events)
+            assert announced.event == "submission" and announced.id == "1"
+            assert json.loads(announced.data)["id"] == second["id"]
+            _drive(client, "s1")
+            [live] = _records(events, 1)
+            assert live.id == "2" and json.loads(live.data)["body"]["text"] == "two"
+        # Disconnected; more records are appended meanwhile.
+        for text in ("three", "four"):
+            _submit(client, "s1", text)
+        _drive(client, "s1")
+        resumed = {"accept": "text/event-stream", "last-event-id": "2"}
+        with connect_sse(client, "GET", _thread("s1") + "/events", headers=resumed) as source:
+            rest = _records(source.iter_sse(), 2)
+        assert [e.id for e in rest] == ["3", "4"]
+        assert [json.loads(e.data)["body"]["text"] for e in rest] == ["three", "four"]
+        # The object lets go of the streams once their clients are gone: the runtime notices a
+        # departed client when it next writes, at the latest at the heartbeat (1 s here).
+        wait_for(lambda: _drive(client, "s1")["subscribers"] == 0, timeout=10,
+                 what="the closed streams' subscribers to be freed")
+        bad = client.get(_thread("s1") + "/events", headers={"last-event-id": "x"})
+        assert bad.status_code == 400
+        assert bad.json()["type"] == "urn:threadline:problem:invalid-header"
+
+
+def test_admission_to_first_event_latency(workerd: Runtime) -> None:
+    """Warm latency from a committed admission to its event at the client, p50 and p99."""
+    samples: list[float] = []
+    posts: list[float] = []
+    records: list[float] = []
+    with _client(workerd) as client:
+        _submit(client, "lat", "warm-up")
+        _drive(client, "lat")
+        with connect_sse(client, "GET", _thread("lat") + "/events") as source:
+            events = source.iter_sse()
+            _records(events, 1)
+            for index in range(40):
+                started = time.perf_counter()
+                sent = _submit(client, "lat", f"m{index}")
+                posts.append((time.perf_counter() - started) * 1000)
+                event = next(events)
+                samples.append((time.perf_counter() - started) * 1000)
+                assert json.loads(event.data)["id"] == sent["id"]
+                driving = time.perf_counter()
+                _drive(client, "lat")
+                for event in events:
+                    if event.event == "record":
+                        records.append((time.perf_counter() - driving) * 1000)
+                    if event.event == "submission" and json.loads(event.data)["state"] == "settled":
+                        break
+    samples.sort()
+    p50 = statistics.median(samples)
+    p99 = samples[min(len(samples) - 1, int(len(samples) * 0.99))]
+    print(f"admission -> first SSE event: p50 {p50:.1f} ms, p99 {p99:.1f} ms (n={len(samples)});"
+          f" the POST alone: p50 {statistics.median(posts):.1f} ms; drive request -> record"
+          f" event: p50 {statistics.median(records):.1f} ms")
+    assert p50 < 1000
+
+
+def test_the_client_reads_the_stream(workerd: Runtime) -> None:
+    with _client(workerd) as http, Client(workerd.url, TOKEN, timeout=READ_TIMEOUT_S) as client:
+        first = client.submit(SPACE, "c1", {"text": "from the client"}, agent="echo")
+        _drive(http, "c1")
+        events = client.events(SPACE, "c1")
+        try:
+            seen = [next(events)]
+            while seen[-1].kind != "record":
+                seen.append(next(events))
+            assert seen[-1].seq == 1
+            assert seen[-1].record().body == {"role": "assistant", "text": "from the client"}
+            assert seen[-1].record().submission_id == first.id
+        finally:
+            events.close()  # type: ignore[attr-defined]
