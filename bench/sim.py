@@ -13,8 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 from bench_app import app
+from bench_meter import Cost, StatementLog
 
-from bench.metering import Cost, StatementLog
 from bench.model import SIM, Measurement, ScenarioError
 from threadline.maintenance import PassPhase
 from threadline.testing import SimulatedObject
