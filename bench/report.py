@@ -107,7 +107,7 @@ def side_by_side(measurements: list[Measurement]) -> list[dict[str, Any]]:
             k = agents.case.split("K=", 1)[1]
             match = _find(measurements, "5", WORKERD, f"K={k}")
             what = f"K={k} pending, one due (alarm)"
-        elif agents.case.startswith("queue()"):
+        elif agents.case == "queue() end to end":
             match = _find(measurements, "2", WORKERD, "end to end")
             what = "one unit of work, end to end"
         else:
