@@ -16,6 +16,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from bench_app import app as bench_app
 from bench_meter import StatementLog
+from pyodide.ffi import jsnull
 from workers import Response
 
 from entry import Default as AppDefault
@@ -25,6 +26,7 @@ from threadline.worker import ThreadObjectBase
 PREFIX = "/_bench/"
 _OPEN_TIMERS = "SELECT COUNT(*) AS n FROM tl_waits WHERE state = 'open' AND kind = 'timer'"
 _OPEN = "SELECT COUNT(*) AS n FROM tl_submissions WHERE state <> 'settled'"
+_STATE = "SELECT state FROM tl_submissions WHERE id = ?"
 
 
 class Default(AppDefault):
@@ -119,16 +121,22 @@ class BenchThreadObject(ThreadObjectBase):
         """The alarms run so far (from index ``since``); reads no SQL."""
         return {"count": len(self.alarms), "alarms": self.alarms[int(since) :]}
 
+    async def _alarm_slot(self) -> int | None:
+        # Straight from workerd: the storage adapter's remembered slot stays the pass's own.
+        value = await self.ctx.storage.getAlarm()
+        return None if value is None or value is jsnull else int(value)
+
     async def op_status(self, id: str = "") -> dict[str, Any]:
         """Counts for the driver's polls (not metered), and one submission's state."""
         state = None
         if id:
-            state = str(self.space.runtime.ledger.get(id).state)
+            row = self.log.unmetered_exec(_STATE, id).one()
+            state = str(row["state"])
         return {
             "state": state,
-            "open": int(self.storage.exec(_OPEN).scalar()),
-            "open_timers": int(self.storage.exec(_OPEN_TIMERS).scalar()),
-            "alarm": await self.storage.get_alarm(),
+            "open": int(self.log.unmetered_exec(_OPEN).scalar()),
+            "open_timers": int(self.log.unmetered_exec(_OPEN_TIMERS).scalar()),
+            "alarm": await self._alarm_slot(),
             "alarms": len(self.alarms),
             "now": _now_ms(),
         }

@@ -71,6 +71,9 @@ class StatementLog:
         set_alarm: Callable[[int], None] = storage.set_alarm
         delete_alarm: Callable[[], None] = storage.delete_alarm
         meter = storage.meter
+        #: The storage's own ``exec``: for reads that must never be charged to a measurement
+        #: (a poll served while an alarm handler awaits would otherwise land in its cost).
+        self.unmetered_exec = exec_fn
 
         def metered_exec(sql: str, *params: Any) -> Any:
             before = meter.reading()
