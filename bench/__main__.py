@@ -7,6 +7,7 @@ Prints one progress line per scenario and system on stderr, then one table on st
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import sys
@@ -65,7 +66,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="run only these systems (repeatable)")
     parser.add_argument("--out", type=Path, help="results file (default bench/results.json)")
     parser.add_argument("--chart", type=Path, help="chart file (default docs/bench.png)")
+    parser.add_argument("--table-from", type=Path, metavar="RESULTS",
+                        help="print the table of an earlier results.json and exit")
     args = parser.parse_args(argv)
+    if args.table_from:
+        data = json.loads(args.table_from.read_text())
+        earlier = [Measurement.from_dict(m) for m in data["measurements"]]
+        print(report.table(earlier))
+        if args.explain:
+            print()
+            print(report.explain(earlier))
+        return 0
 
     plan = dict(QUICK if args.quick else FULL)
     runs = args.runs or int(plan["runs"])  # type: ignore[call-overload]

@@ -26,9 +26,19 @@ class Measurement:
     runs: list[dict[str, float]] = field(default_factory=list)
     #: Per-statement rows of one run (``--explain``), when recorded.
     explain: list[dict[str, Any]] | None = None
+    #: The summary as a results file holds it (set by :meth:`from_dict`, runs then unknown).
+    figures: dict[str, dict[str, float]] | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Measurement:
+        """A measurement read back from ``results.json`` (its summary, not its runs)."""
+        return cls(data["scenario"], data["system"], data["case"],
+                   explain=data.get("explain"), figures=data["figures"])
 
     def summary(self) -> dict[str, dict[str, float]]:
         """Median, min and max of every metric over the runs."""
+        if self.figures is not None:
+            return self.figures
         keys: list[str] = []
         for run in self.runs:
             keys += [k for k in run if k not in keys]
