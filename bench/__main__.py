@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT / "bench" / "workerd"))
 from bench import report, sim  # noqa: E402
 from bench.model import Measurement  # noqa: E402
 
-FULL = {"settled": [0, 1_000, 10_000], "k": [10, 1_000, 10_000], "runs": 5}
-QUICK = {"settled": [0, 100], "k": [10, 100], "runs": 1}
+FULL: dict[str, Any] = {"settled": [0, 1_000, 10_000], "k": [10, 1_000, 10_000], "runs": 5}
+QUICK: dict[str, Any] = {"settled": [0, 100], "k": [10, 100], "runs": 1}
 SYSTEMS = ("sim", "workerd", "agents")
 
 
@@ -78,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
             print(report.explain(earlier))
         return 0
 
-    plan = dict(QUICK if args.quick else FULL)
-    runs = args.runs or int(plan["runs"])  # type: ignore[call-overload]
+    plan: dict[str, Any] = dict(QUICK if args.quick else FULL)
+    runs = args.runs or int(plan["runs"])
     systems = args.only or list(SYSTEMS)
     default_dir = ROOT / ".threadline" / "bench-quick" if args.quick else None
     out = args.out or (default_dir / "results.json" if default_dir else

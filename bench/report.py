@@ -83,11 +83,12 @@ def table(measurements: list[Measurement]) -> str:
     if ratios:
         lines.append("")
         lines.append("Side by side, Agents SDK / threadline (workerd), billed rows:")
-        for r in ratios:
+        for ratio in ratios:
             lines.append(
-                f"  {r['what']}: rows read {r['agents_read']:g} / {r['threadline_read']:g}"
-                f" = {_ratio(r['read_ratio'])}; rows written {r['agents_written']:g} /"
-                f" {r['threadline_written']:g} = {_ratio(r['written_ratio'])}"
+                f"  {ratio['what']}: rows read {ratio['agents_read']:g} /"
+                f" {ratio['threadline_read']:g} = {_ratio(ratio['read_ratio'])}; rows written"
+                f" {ratio['agents_written']:g} / {ratio['threadline_written']:g}"
+                f" = {_ratio(ratio['written_ratio'])}"
             )
     return "\n".join(lines)
 
