@@ -1,0 +1,141 @@
+"""``python -m bench``: run the benchmark scenarios (``scripts/bench`` bootstraps and calls it).
+
+Prints one progress line per scenario and system on stderr, then one table on stdout; writes
+``bench/results.json`` and draws ``docs/bench.png`` (or where ``--out``/``--chart`` say).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+# The agents the scenarios run live beside the workerd overlay, so both runtimes share them.
+sys.path.insert(0, str(ROOT / "bench" / "workerd"))
+
+from bench import report, sim  # noqa: E402
+from bench.model import Measurement  # noqa: E402
+
+FULL: dict[str, Any] = {"settled": [0, 1_000, 10_000], "k": [10, 1_000, 10_000], "runs": 5}
+QUICK: dict[str, Any] = {"settled": [0, 100], "k": [10, 100], "runs": 1}
+SYSTEMS = ("sim", "workerd", "agents")
+
+
+def _progress(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+class Runner:
+    """Runs steps, printing a progress line for each and collecting failures."""
+
+    def __init__(self) -> None:
+        self.measurements: list[Measurement] = []
+        self.failures: list[str] = []
+
+    def step(self, label: str, fn: Callable[[], Any]) -> None:
+        _progress(f"{label} ...")
+        started = time.monotonic()
+        try:
+            result = fn()
+        except Exception as exc:
+            self.failures.append(f"{label}: {type(exc).__name__}: {exc}")
+            _progress(f"{label}: FAILED ({type(exc).__name__}: {exc})")
+            traceback.print_exc(file=sys.stderr)
+            return
+        found = result if isinstance(result, list) else [result]
+        self.measurements += found
+        _progress(f"{label}: done in {time.monotonic() - started:.1f} s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small K and one run")
+    parser.add_argument("--explain", action="store_true",
+                        help="print scenario 2's rows per statement")
+    parser.add_argument("--runs", type=int, help="runs per figure (default 5, quick 1)")
+    parser.add_argument("--only", action="append", choices=SYSTEMS,
+                        help="run only these systems (repeatable)")
+    parser.add_argument("--out", type=Path, help="results file (default bench/results.json)")
+    parser.add_argument("--chart", type=Path, help="chart file (default docs/bench.png)")
+    parser.add_argument("--table-from", type=Path, metavar="RESULTS",
+                        help="print the table of an earlier results.json and exit")
+    args = parser.parse_args(argv)
+    if args.table_from:
+        data = json.loads(args.table_from.read_text())
+        earlier = [Measurement.from_dict(m) for m in data["measurements"]]
+        print(report.table(earlier))
+        if args.explain:
+            print()
+            print(report.explain(earlier))
+        return 0
+
+    plan: dict[str, Any] = dict(QUICK if args.quick else FULL)
+    runs = args.runs or int(plan["runs"])
+    systems = args.only or list(SYSTEMS)
+    default_dir = ROOT / ".threadline" / "bench-quick" if args.quick else None
+    out = args.out or (default_dir / "results.json" if default_dir else
+                       ROOT / "bench" / "results.json")
+    chart = args.chart or (default_dir / "bench.png" if default_dir else
+                           ROOT / "docs" / "bench.png")
+
+    runner = Runner()
+    if "sim" in systems:
+        for n in plan["settled"]:
+            runner.step(f"1 caught-up pass, {n:,} settled [sqlite3]",
+                        lambda n=n: sim.run_sync(lambda: sim.caught_up(n, runs, args.explain)))
+        runner.step("2 one submission [sqlite3]",
+                    lambda: sim.run_sync(lambda: sim.one_submission(runs, args.explain)))
+        for k in plan["k"]:
+            runner.step(f"5 K={k:,} pending timers [sqlite3]",
+                        lambda k=k: sim.run_sync(lambda: sim.pending_timers(k, runs,
+                                                                            args.explain)))
+    if "workerd" in systems or "agents" in systems:
+        from bench import live
+
+        live.run(runner, systems, plan, runs, args.explain)
+
+    for scenario in ("3", "4"):
+        _progress(f"{scenario} skipped: needs the HTTP API (not on this branch)")
+
+    measurements = runner.measurements
+    print(report.table(measurements))
+    if args.explain:
+        print()
+        print(report.explain(measurements))
+    meta = {
+        "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "quick": args.quick,
+        "runs": runs,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
+        "failures": runner.failures,
+    }
+    report.write_json(out, measurements, meta)
+    _progress(f"wrote {out}")
+    try:
+        report.draw(chart, measurements)
+        _progress(f"drew {chart}")
+    except Exception as exc:
+        runner.failures.append(f"chart: {type(exc).__name__}: {exc}")
+    if runner.failures:
+        print("\nFAILED:", file=sys.stderr)
+        for failure in runner.failures:
+            print(f"  {failure}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

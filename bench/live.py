@@ -1,0 +1,233 @@
+"""Scenarios 1, 2 and 5 in real workerd, and the Agents SDK side by side (scenario 6).
+
+Both run in the local runtime through miniflare (``scripts/workerd/serve.mjs`` for threadline,
+``bench/agents-sdk/serve.mjs`` for the Agents SDK, same miniflare). The figures are workerd's
+billed cursor counters, summed per statement inside the object; the driver only polls routes
+that run no metered SQL. Wall time inside workerd moves only across I/O, so ``wall_ms`` there
+is coarse.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from bench.model import WORKERD, Measurement, ScenarioError
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "workerd"))
+
+from workerd_runtime import Runtime  # noqa: E402
+
+BUNDLE = ROOT / ".threadline" / "bundle-bench"
+FAR_MS = 86_400_000
+NEAR_MS = 1_000
+#: Bound on every wait for the object to do something (seeding 10,000 takes minutes).
+WAIT_S = 900.0
+
+
+def build_bundle() -> Path:
+    """Build (or reuse) the bench bundle: ``src/`` plus ``bench/workerd``."""
+    subprocess.run(  # noqa: S603 (a fixed command line)
+        [sys.executable, str(ROOT / "scripts" / "workerd" / "build.py"), "--out", str(BUNDLE),
+         "--overlay", str(ROOT / "bench" / "workerd"), "--main", "bench_entry",
+         "--durable-object", "BENCH=BenchThreadObject"],
+        check=True, stdout=subprocess.DEVNULL,
+    )
+    return BUNDLE
+
+
+def poll(check: Callable[[], Any], what: str, timeout: float = WAIT_S) -> Any:
+    """Call ``check`` until it returns something truthy (bounded)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise ScenarioError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+class Bench:
+    """The bench routes of one ``BenchThreadObject``."""
+
+    def __init__(self, runtime: Runtime, name: str) -> None:
+        self.runtime = runtime
+        self.name = name
+
+    def call(self, op: str, **args: Any) -> Any:
+        query = urlencode(args)
+        # A pass that works through thousands of submissions without real I/O keeps the
+        # object's input gate closed until it returns: a request can wait minutes then.
+        reply = self.runtime.request(f"/_bench/{self.name}/{op}" + (f"?{query}" if query else ""),
+                                     timeout=WAIT_S)
+        if reply.status != 200:
+            raise ScenarioError(f"{op}: HTTP {reply.status}: {reply.body[:500]!r}\n"
+                                + self.runtime.output())
+        return reply.json()
+
+    def status(self, id: str = "") -> dict[str, Any]:
+        return dict(self.call("status", id=id))
+
+    def quiet(self) -> dict[str, Any] | None:
+        """The status once nothing is open and no alarm is set, else None."""
+        status = self.status()
+        return status if status["open"] == 0 and status["alarm"] is None else None
+
+    def alarms_since(self, since: int) -> list[dict[str, Any]]:
+        return list(self.call("alarms", since=since)["alarms"])
+
+
+def _sum_alarms(alarms: list[dict[str, Any]]) -> dict[str, float]:
+    keys = ("rows_read", "rows_written", "statements", "set_alarm", "delete_alarm", "wall_ms")
+    out: dict[str, float] = {key: sum(a[key] for a in alarms) for key in keys}
+    out["alarms"] = len(alarms)
+    return out
+
+
+def _explain(alarms: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    merged: dict[str, list[int]] = {}
+    for a in alarms:
+        for entry in a["by_statement"]:
+            row = merged.setdefault(entry["sql"], [0, 0, 0])
+            row[0] += entry["count"]
+            row[1] += entry["rows_read"]
+            row[2] += entry["rows_written"]
+    return [{"sql": sql, "count": c, "rows_read": r, "rows_written": w}
+            for sql, (c, r, w) in merged.items()]
+
+
+def caught_up(runtime: Runtime, settled: int, runs: int) -> Measurement:
+    """Scenario 1 in workerd."""
+    m = Measurement("1", WORKERD, f"settled={settled:,}")
+    obj = Bench(runtime, f"caught-up-{settled}")
+    if settled:
+        obj.call("seed", n=settled, agent="unit", input='{"n": 1}', prefix="history")
+    poll(obj.quiet, f"{settled} submissions to settle")
+    for _ in range(runs):
+        since = obj.status()["alarms"]
+        obj.call("stale-alarm")
+        poll(lambda since=since: obj.status()["alarms"] > since and obj.quiet(),
+             "the stale alarm to run")
+        alarms = obj.alarms_since(since)
+        if len(alarms) != 1 or alarms[0]["phase"] != "caught-up":
+            raise ScenarioError(f"expected one caught-up pass, got {alarms}")
+        m.runs.append(_sum_alarms(alarms))
+        if m.explain is None:
+            m.explain = _explain(alarms)
+    return m
+
+
+def one_submission(runtime: Runtime, runs: int) -> list[Measurement]:
+    """Scenario 2 in workerd: admission (the route's own cost) and execution (the alarms)."""
+    admission = Measurement("2", WORKERD, "admission")
+    execution = Measurement("2", WORKERD, "execution")
+    total = Measurement("2", WORKERD, "end to end")
+    obj = Bench(runtime, "one-submission")
+    poll(obj.quiet, "the object to be quiet")
+    # One unmeasured submission first: the object's first-ever rows (its lanes) are not the
+    # cost of a unit of work.
+    warm = obj.call("admit", thread="warm-up", agent="unit", input="{}")["id"]
+    poll(lambda: obj.status(warm)["state"] == "settled" and obj.quiet(), "the warm-up")
+    for run in range(runs):
+        since = obj.status()["alarms"]
+        admitted = obj.call("admit", thread=f"unit-{run}", agent="unit",
+                            input=json.dumps({"n": run}))
+        done = admitted["id"]
+        poll(lambda done=done: obj.status(done)["state"] == "settled" and obj.quiet(),
+             "the submission to settle")
+        alarms = obj.alarms_since(since)
+        cost = admitted["cost"]
+        admit_figures: dict[str, float] = {
+            key: cost[key] for key in ("rows_read", "rows_written", "statements", "set_alarm",
+                                       "delete_alarm")
+        }
+        admit_figures["alarms"] = 0
+        exec_figures = _sum_alarms(alarms)
+        admission.runs.append(admit_figures)
+        execution.runs.append({k: v for k, v in exec_figures.items() if k != "wall_ms"})
+        total.runs.append({k: admit_figures[k] + exec_figures[k] for k in admit_figures})
+        if run == 0:
+            admission.explain = cost["by_statement"]
+            execution.explain = _explain(alarms)
+    return [admission, execution, total]
+
+
+def pending_timers(runtime: Runtime, k: int, runs: int) -> Measurement:
+    """Scenario 5 in workerd: ``k`` far timers pending, one near one falls due."""
+    m = Measurement("5", WORKERD, f"K={k:,}")
+    obj = Bench(runtime, f"timers-{k}")
+    obj.call("seed", n=k, agent="sleeper", input=json.dumps({"ms": FAR_MS}), prefix="far")
+
+    def far_only() -> bool:
+        s = obj.status()
+        return bool(s["open_timers"] == k and s["alarm"] is not None
+                    and s["alarm"] > s["now"] + FAR_MS // 2)
+
+    poll(far_only, f"{k} timers to be pending")
+    for run in range(runs):
+        admitted = obj.call("admit", thread=f"near-{run}", agent="sleeper",
+                            input=json.dumps({"ms": NEAR_MS}))
+
+        def near_pending() -> bool:
+            s = obj.status()
+            return bool(s["open_timers"] == k + 1 and s["alarm"] is not None
+                        and s["alarm"] < s["now"] + FAR_MS // 2)
+
+        poll(near_pending, "the near timer to be pending")
+        since = obj.status()["alarms"]
+        done = admitted["id"]
+        poll(lambda done=done: obj.status(done)["state"] == "settled" and far_only(),
+             "the near timer to be served")
+        alarms = obj.alarms_since(since)
+        m.runs.append(_sum_alarms(alarms))
+        if m.explain is None:
+            m.explain = _explain(alarms)
+    return m
+
+
+def run(runner: Any, systems: list[str], plan: dict[str, Any], runs: int,
+        explain: bool) -> None:
+    """Run the live scenarios of ``systems`` (``workerd``, ``agents``) through ``runner``."""
+    if "workerd" in systems:
+        runner.step("workerd: build the bench bundle", lambda: _nothing(build_bundle()))
+        with tempfile.TemporaryDirectory(prefix="threadline-bench-") as state:
+            runtime = Runtime(BUNDLE, Path(state), {})
+            runner.step("workerd: start and boot Pyodide", lambda: _nothing(_start(runtime)))
+            try:
+                if runtime.url:
+                    _threadline_live(runner, runtime, plan, runs)
+            finally:
+                runtime.stop()
+    if "agents" in systems:
+        from bench import agents_sdk
+
+        agents_sdk.run(runner, plan, runs)
+
+
+def _nothing(_: object) -> list[Measurement]:
+    return []
+
+
+def _start(runtime: Runtime) -> bool:
+    runtime.start()
+    runtime.warm()
+    return True
+
+
+def _threadline_live(runner: Any, runtime: Runtime, plan: dict[str, Any], runs: int) -> None:
+    for n in plan["settled"]:
+        runner.step(f"1 caught-up pass, {n:,} settled [workerd]",
+                    lambda n=n: caught_up(runtime, n, runs))
+    runner.step("2 one submission [workerd]", lambda: one_submission(runtime, runs))
+    for k in plan["k"]:
+        runner.step(f"5 K={k:,} pending timers [workerd]",
+                    lambda k=k: pending_timers(runtime, k, runs))

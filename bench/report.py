@@ -1,0 +1,207 @@
+"""Printing the table, writing ``results.json`` and drawing the chart."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from bench.model import AGENTS, SIM, WORKERD, Measurement
+from bench.targets import SCENARIOS, billed_written
+
+COLUMNS = [
+    ("rows_read", "rows read"),
+    ("rows_written", "rows written"),
+    ("alarm_writes", "alarm set/del"),
+    ("billed_written", "billed written"),
+    ("statements", "statements"),
+    ("alarms", "alarms"),
+    ("wall_ms", "wall ms"),
+]
+
+
+def _figure(summary: dict[str, dict[str, float]], key: str) -> str:
+    if key == "alarm_writes":
+        if "set_alarm" not in summary:
+            return "-"
+        return f"{summary['set_alarm']['median']:g}/{summary['delete_alarm']['median']:g}"
+    if key == "billed_written":
+        if "rows_written" not in summary:
+            return "-"
+        total = sum(summary[k]["median"] for k in ("rows_written", "set_alarm", "delete_alarm")
+                    if k in summary)
+        return f"{total:g}"
+    figure = summary.get(key)
+    if figure is None:
+        return "-"
+    med, lo, hi = figure["median"], figure["min"], figure["max"]
+    fmt = ".2f" if key == "wall_ms" else "g"
+    if lo == hi:
+        return format(med, fmt)
+    return f"{format(med, fmt)} [{format(lo, fmt)}-{format(hi, fmt)}]"
+
+
+def table(measurements: list[Measurement]) -> str:
+    """One table: every case of every scenario, then the targets and the ratios."""
+    header = ["scenario", "case", "system"] + [title for _, title in COLUMNS]
+    rows: list[list[str]] = []
+    for scenario in SCENARIOS:
+        mine = [m for m in measurements if m.scenario == scenario.id]
+        if scenario.missing:
+            rows.append([scenario.id, "-", "not measured (see targets)"] + [""] * len(COLUMNS))
+            continue
+        for m in mine:
+            summary = m.summary()
+            rows.append([m.scenario, m.case, m.system]
+                        + [_figure(summary, key) for key, _ in COLUMNS])
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(header, widths, strict=True)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    for r in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    lines.append("")
+    lines.append("Figures: median [min-max] over the runs. billed written = rows written "
+                 "(index entries included) + alarm set/delete calls.")
+    lines.append("The sqlite3 approximation counts rows returned and rows changed, "
+                 "not index entries.")
+    lines.append("")
+    lines.append("Targets:")
+    for scenario in SCENARIOS:
+        lines.append(f"  {scenario.id}. {scenario.title}: {scenario.target}")
+        if scenario.missing:
+            lines.append(f"     not measured ({scenario.missing})")
+            continue
+        if scenario.judge is None:
+            continue
+        for system in (WORKERD, SIM):
+            mine = [m for m in measurements if m.scenario == scenario.id and m.system == system]
+            if mine:
+                for verdict in scenario.judge(mine):
+                    lines.append(f"     [{system}] {verdict}")
+    ratios = side_by_side(measurements)
+    if ratios:
+        lines.append("")
+        lines.append("Side by side, Agents SDK / threadline (workerd), billed rows:")
+        for ratio in ratios:
+            lines.append(
+                f"  {ratio['what']}: rows read {ratio['agents_read']:g} /"
+                f" {ratio['threadline_read']:g} = {_ratio(ratio['read_ratio'])}; rows written"
+                f" {ratio['agents_written']:g} / {ratio['threadline_written']:g}"
+                f" = {_ratio(ratio['written_ratio'])}"
+            )
+    return "\n".join(lines)
+
+
+def _ratio(value: float | None) -> str:
+    return "n/a (threadline 0)" if value is None else f"{value:.2f}x"
+
+
+def side_by_side(measurements: list[Measurement]) -> list[dict[str, Any]]:
+    """Agents SDK / threadline for each K (scenario 5 vs 6a) and the unit of work (2 vs 6b)."""
+    pairs: list[tuple[str, Measurement, Measurement]] = []
+    for agents in measurements:
+        if agents.system != AGENTS:
+            continue
+        if agents.case.startswith("schedule() K="):
+            k = agents.case.split("K=", 1)[1]
+            match = _find(measurements, "5", WORKERD, f"K={k}")
+            what = f"K={k} pending, one due (alarm)"
+        elif agents.case == "queue() end to end":
+            match = _find(measurements, "2", WORKERD, "end to end")
+            what = "one unit of work, end to end"
+        else:
+            continue
+        if match is not None:
+            pairs.append((what, agents, match))
+    out = []
+    for what, agents, ours in pairs:
+        a_read, t_read = agents.median("rows_read") or 0, ours.median("rows_read") or 0
+        a_written, t_written = billed_written(agents), billed_written(ours)
+        out.append({
+            "what": what,
+            "agents_read": a_read, "threadline_read": t_read,
+            "read_ratio": a_read / t_read if t_read else None,
+            "agents_written": a_written, "threadline_written": t_written,
+            "written_ratio": a_written / t_written if t_written else None,
+        })
+    return out
+
+
+def _find(ms: list[Measurement], scenario: str, system: str, case: str) -> Measurement | None:
+    return next((m for m in ms if (m.scenario, m.system, m.case) == (scenario, system, case)),
+                None)
+
+
+def explain(measurements: list[Measurement]) -> str:
+    """The per-statement rows of scenario 2 (one run), heaviest writers first."""
+    lines: list[str] = []
+    for m in measurements:
+        if m.scenario != "2" or m.explain is None:
+            continue
+        lines.append(f"Scenario 2, {m.case}, {m.system}: per statement (count, read, written)")
+        for entry in sorted(m.explain, key=lambda e: (-e["rows_written"], -e["rows_read"])):
+            lines.append(f"  {entry['count']:>3} {entry['rows_read']:>5} "
+                         f"{entry['rows_written']:>5}  {entry['sql']}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_json(path: Path, measurements: list[Measurement], meta: dict[str, Any]) -> None:
+    """Write every figure (and the side-by-side ratios) to ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        **meta,
+        "scenarios": [
+            {"id": s.id, "title": s.title, "target": s.target, "missing": s.missing}
+            for s in SCENARIOS
+        ],
+        "measurements": [m.as_dict() for m in measurements],
+        "side_by_side": side_by_side(measurements),
+    }
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+
+
+_K = re.compile(r"K=([\d,]+)")
+
+
+def draw(path: Path, measurements: list[Measurement]) -> None:
+    """Rows read by the alarm serving the due item, against K, per system (log-log)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    series = [
+        (WORKERD, "5", "threadline (workerd)", "o-"),
+        (SIM, "5", "threadline (sqlite3 approximation)", "s--"),
+        (AGENTS, "6", "Agents SDK schedule() (workerd)", "^-"),
+    ]
+    for system, scenario, label, style in series:
+        points = []
+        for m in measurements:
+            match = _K.search(m.case)
+            if m.system == system and m.scenario == scenario and match:
+                summary = m.summary()["rows_read"]
+                points.append((int(match.group(1).replace(",", "")), summary))
+        if not points:
+            continue
+        points.sort()
+        ks = [k for k, _ in points]
+        med = [max(s["median"], 0.5) for _, s in points]
+        err = [[s["median"] - s["min"] for _, s in points],
+               [s["max"] - s["median"] for _, s in points]]
+        ax.errorbar(ks, med, yerr=err, fmt=style, label=label, capsize=3)
+    ax.axhline(10, color="grey", linestyle=":", label="target (10 rows)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("K pending timers (one due)")
+    ax.set_ylabel("rows read by the alarm serving it")
+    ax.set_title("Rows read per alarm against pending timers")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

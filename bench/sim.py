@@ -1,0 +1,150 @@
+"""Scenarios 1, 2 and 5 under CPython, on ``threadline.testing.SimulatedObject``.
+
+The storage is sqlite3, whose meter is approximate (rows returned and rows changed, no index
+entries), hence the label "sqlite3 approximation". Time is a manual clock: wall time is the
+real time the pass took on this machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bench_app import app
+from bench_meter import Cost, StatementLog
+
+from bench.model import SIM, Measurement, ScenarioError
+from threadline.maintenance import PassPhase
+from threadline.testing import SimulatedObject
+from threadline.threads.model import SubmissionState
+
+#: A timer that stays pending for the whole benchmark (one day).
+FAR_MS = 86_400_000
+#: The timer that falls due.
+NEAR_MS = 1_000
+
+
+def _figures(cost: Cost, wall_s: float, alarms: int) -> dict[str, float]:
+    return {
+        "rows_read": cost.rows_read,
+        "rows_written": cost.rows_written,
+        "statements": cost.statements,
+        "set_alarm": cost.set_alarm,
+        "delete_alarm": cost.delete_alarm,
+        "alarms": alarms,
+        "wall_ms": round(wall_s * 1000, 3),
+    }
+
+
+async def _settle_all(obj: SimulatedObject) -> None:
+    await obj.run_alarms(max_passes=100_000)
+
+
+def _admit_many(obj: SimulatedObject, n: int, agent: str, input: Any, prefix: str) -> None:
+    # One Thread per submission: a Thread runs its submissions one after the other, and the
+    # scenarios want independent ones.
+    def admit() -> None:
+        for i in range(n):
+            obj.admit(f"{prefix}-{i}", agent, input)
+
+    obj.storage.transaction(admit)
+
+
+async def caught_up(settled: int, runs: int, explain: bool = False) -> Measurement:
+    """Scenario 1: a pass that finds nothing owed, with ``settled`` settled submissions."""
+    m = Measurement("1", SIM, f"settled={settled:,}")
+    async with SimulatedObject(app) as obj:
+        _admit_many(obj, settled, "unit", {"n": 1}, "history")
+        await _settle_all(obj)
+        log = StatementLog(obj.storage)
+        for _ in range(runs):
+            obj.clock.advance(1_000)
+            obj.storage.set_alarm(obj.clock.now_ms())  # an early or stale alarm
+            with log.measure() as cost:
+                started = time.perf_counter()
+                reports = await obj.run_alarms()
+                wall = time.perf_counter() - started
+            if len(reports) != 1 or reports[0].phase is not PassPhase.CAUGHT_UP:
+                raise ScenarioError(f"expected one caught-up pass, got {reports!r}")
+            m.runs.append(_figures(cost, wall, len(reports)))
+            if explain and m.explain is None:
+                m.explain = cost.as_dict(explain=True)["by_statement"]
+    return m
+
+
+async def one_submission(runs: int, explain: bool) -> list[Measurement]:
+    """Scenario 2: one simple submission, admission then execution by the alarm."""
+    admission = Measurement("2", SIM, "admission")
+    execution = Measurement("2", SIM, "execution")
+    total = Measurement("2", SIM, "end to end")
+    async with SimulatedObject(app) as obj:
+        log = StatementLog(obj.storage)
+        # One unmeasured submission first, as in workerd.
+        obj.admit("warm-up", "unit", {})
+        await obj.run_alarms()
+        for run in range(runs):
+            with log.measure() as admit_cost:
+                started = time.perf_counter()
+                sub = obj.admit(f"unit-{run}", "unit", {"n": run})
+                admit_wall = time.perf_counter() - started
+            with log.measure() as exec_cost:
+                started = time.perf_counter()
+                reports = await obj.run_alarms()
+                exec_wall = time.perf_counter() - started
+            if obj.submission(sub.id).state is not SubmissionState.SETTLED:
+                raise ScenarioError(f"submission {sub.id} did not settle")
+            admission.runs.append(_figures(admit_cost, admit_wall, 0))
+            execution.runs.append(_figures(exec_cost, exec_wall, len(reports)))
+            both = _sum(admission.runs[-1], execution.runs[-1])
+            total.runs.append(both)
+            if explain and run == 0:
+                admission.explain = admit_cost.as_dict(explain=True)["by_statement"]
+                execution.explain = exec_cost.as_dict(explain=True)["by_statement"]
+    return [admission, execution, total]
+
+
+def _sum(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    return {key: round(a[key] + b[key], 3) for key in a}
+
+
+async def pending_timers(k: int, runs: int, explain: bool = False) -> Measurement:
+    """Scenario 5: ``k`` durable timers pending, one falls due; cost of the alarm serving it."""
+    m = Measurement("5", SIM, f"K={k:,}")
+    async with SimulatedObject(app) as obj:
+        _admit_many(obj, k, "sleeper", {"ms": FAR_MS}, "far")
+        await obj.run_alarms(until=obj.clock.now_ms() + FAR_MS // 2, max_passes=100_000)
+        log = StatementLog(obj.storage)
+        for run in range(runs):
+            sub = obj.admit(f"near-{run}", "sleeper", {"ms": NEAR_MS})
+            # Dispatch it: the Attempt suspends on its timer (not measured).
+            await obj.run_alarms(until=obj.clock.now_ms() + NEAR_MS // 2)
+            due = obj.alarm_at
+            if due is None or obj.submission(sub.id).state is SubmissionState.SETTLED:
+                raise ScenarioError("the near timer is not pending")
+            with log.measure() as cost:
+                started = time.perf_counter()
+                reports = await obj.run_alarms(until=due)
+                wall = time.perf_counter() - started
+            if obj.submission(sub.id).state is not SubmissionState.SETTLED:
+                raise ScenarioError(f"the due timer of {sub.id} was not served")
+            pending = _pending_timers(obj)
+            if pending != k:
+                raise ScenarioError(f"{pending} timers pending, expected {k}")
+            m.runs.append(_figures(cost, wall, len(reports)))
+            if explain and run == 0:
+                m.explain = cost.as_dict(explain=True)["by_statement"]
+    return m
+
+
+def _pending_timers(obj: SimulatedObject) -> int:
+    row = obj.storage.exec(
+        "SELECT COUNT(*) AS n FROM tl_waits WHERE state = 'open' AND kind = 'timer'"
+    ).one()
+    return int(row["n"])
+
+
+def run_sync(factory: Callable[[], Any]) -> Any:
+    """Run one scenario coroutine on a fresh event loop."""
+    return asyncio.run(factory())

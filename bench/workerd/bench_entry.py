@@ -1,0 +1,145 @@
+"""Bench-only Worker: the deployed object class running the benchmark's agents, metered.
+
+Never deployed. ``/_bench/{object}/{op}`` goes to a ``BenchThreadObject`` (binding ``BENCH``):
+``ThreadObjectBase`` unchanged, with the agents of ``bench_app`` and a few bench routes that
+admit or seed submissions and read what each alarm cost (workerd's billed ``rowsRead`` /
+``rowsWritten`` per statement, alarm writes, the pass report). Every other path goes to the
+app's ``Default``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from bench_app import app as bench_app
+from bench_meter import StatementLog
+from pyodide.ffi import jsnull
+from workers import Response
+
+from entry import Default as AppDefault
+from entry import ThreadObject
+from threadline.worker import ThreadObjectBase
+
+PREFIX = "/_bench/"
+_OPEN_TIMERS = "SELECT COUNT(*) AS n FROM tl_waits WHERE state = 'open' AND kind = 'timer'"
+_OPEN = "SELECT COUNT(*) AS n FROM tl_submissions WHERE state <> 'settled'"
+_STATE = "SELECT state FROM tl_submissions WHERE id = ?"
+
+
+class Default(AppDefault):
+    """The app's entrypoint, plus the bench route."""
+
+    async def fetch(self, request: Any) -> Response:
+        url = str(request.url)
+        path = urlsplit(url).path
+        if not path.startswith(PREFIX):
+            return await super().fetch(request)
+        name = path[len(PREFIX) :].split("/", 1)[0]
+        forwarded = await self.env.BENCH.getByName(name).fetch(url)
+        return Response(
+            await forwarded.bytes(),
+            status=forwarded.status,
+            headers={"content-type": "application/json"},
+        )
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class BenchThreadObject(ThreadObjectBase):
+    """The deployed object with the bench agents; each alarm's cost is kept in memory."""
+
+    app = bench_app
+
+    def __init__(self, ctx: Any, env: Any) -> None:
+        super().__init__(ctx, env)
+        self.log = StatementLog(self.storage)
+        #: One entry per alarm handler run by this incarnation.
+        self.alarms: list[dict[str, Any]] = []
+
+    async def alarm(self, alarm_info: Any = None) -> None:
+        """The deployed alarm, with its storage cost recorded."""
+        started = _now_ms()
+        with self.log.measure() as cost:
+            await super().alarm(alarm_info)
+        recent = self.space.maintenance.reports.recent
+        report = recent[-1] if recent else None
+        self.alarms.append({
+            "started_at": started,
+            "wall_ms": _now_ms() - started,
+            "phase": None if report is None else str(report.phase),
+            "settled": None if report is None else report.settled,
+            "dispatched": None if report is None else report.dispatched,
+            **cost.as_dict(explain=True),
+        })
+
+    async def fetch(self, request: Any) -> Response:
+        url = urlsplit(str(request.url))
+        if not url.path.startswith(PREFIX):
+            return await super().fetch(request)
+        op = url.path[len(PREFIX) :].split("/", 2)[1]
+        args = dict(parse_qsl(url.query))
+        handler = getattr(self, f"op_{op.replace('-', '_')}", None)
+        if handler is None:
+            return Response.json({"error": f"no op {op}"}, status=404)
+        try:
+            body = await handler(**args)
+        except Exception as exc:
+            return Response.json({"error": f"{type(exc).__name__}: {exc}"}, status=500)
+        return Response(json.dumps(body), headers={"content-type": "application/json"})
+
+    async def op_admit(self, thread: str, agent: str, input: str) -> dict[str, Any]:
+        """Admit one submission, metered (the admission half of scenario 2)."""
+        ledger = self.space.runtime.ledger
+        with self.log.measure() as cost:
+            admitted = ledger.admit(thread, agent, json.loads(input))
+        return {"id": admitted.submission.id, "cost": cost.as_dict(explain=True),
+                "alarms": len(self.alarms)}
+
+    async def op_seed(self, n: str, agent: str, input: str, prefix: str) -> dict[str, Any]:
+        """Admit ``n`` submissions, one Thread each, in one transaction (not metered)."""
+        ledger = self.space.runtime.ledger
+        value = json.loads(input)
+
+        def admit() -> None:
+            for i in range(int(n)):
+                ledger.admit(f"{prefix}-{i}", agent, value)
+
+        self.storage.transaction(admit)
+        return {"admitted": int(n)}
+
+    async def op_stale_alarm(self) -> dict[str, Any]:
+        """Set the alarm to now, as an early or stale alarm would fire (not metered)."""
+        self.storage.set_alarm(_now_ms())
+        return {"alarms": len(self.alarms)}
+
+    async def op_alarms(self, since: str = "0") -> dict[str, Any]:
+        """The alarms run so far (from index ``since``); reads no SQL."""
+        return {"count": len(self.alarms), "alarms": self.alarms[int(since) :]}
+
+    async def _alarm_slot(self) -> int | None:
+        # Straight from workerd: the storage adapter's remembered slot stays the pass's own.
+        value = await self.ctx.storage.getAlarm()
+        return None if value is None or value is jsnull else int(value)
+
+    async def op_status(self, id: str = "") -> dict[str, Any]:
+        """Counts for the driver's polls (not metered), and one submission's state."""
+        state = None
+        if id:
+            row = self.log.unmetered_exec(_STATE, id).one()
+            state = str(row["state"])
+        return {
+            "state": state,
+            "open": int(self.log.unmetered_exec(_OPEN).scalar()),
+            "open_timers": int(self.log.unmetered_exec(_OPEN_TIMERS).scalar()),
+            "alarm": await self._alarm_slot(),
+            "alarms": len(self.alarms),
+            "now": _now_ms(),
+        }
+
+
+__all__ = ["BenchThreadObject", "Default", "ThreadObject"]

@@ -1,0 +1,38 @@
+"""``scripts/bench --quick`` runs in the suite, so the benchmark cannot rot.
+
+It asserts that every scenario ran and produced its figures on every system, never what the
+figures are (they are measurements, not tests).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bench_quick_runs_every_scenario(tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    chart = tmp_path / "bench.png"
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "bench"), "--quick", "--explain",
+         "--out", str(out), "--chart", str(chart)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    results = json.loads(out.read_text())
+    assert results["failures"] == []
+    seen = {(m["scenario"], m["system"], m["case"]) for m in results["measurements"]}
+    for system in ("threadline (sqlite3 approximation)", "threadline (workerd)"):
+        for scenario, case in [("1", "settled=0"), ("2", "end to end"), ("5", "K=10")]:
+            assert (scenario, system, case) in seen, (scenario, system, case)
+    for case in ("schedule() K=10", "queue() end to end"):
+        assert ("6", "agents sdk (workerd)", case) in seen
+    for m in results["measurements"]:
+        assert m["runs"] >= 1
+        assert "rows_read" in m["figures"] and "rows_written" in m["figures"]
+    assert {r["what"] for r in results["side_by_side"]} >= {"one unit of work, end to end"}
+    assert chart.stat().st_size > 0
+    assert "Targets:" in done.stdout
