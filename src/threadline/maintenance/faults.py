@@ -186,10 +186,11 @@ def append_events(
     return list(range(first, last + 1))
 
 
-class RecoveryFaults:
-    """The durable fault records and the transitions that append recovery events.
+class EventAppender:
+    """Base of a durable store whose gate transactions append to the recovery-event log.
 
-    Stateless apart from its collaborators: an incarnation rebuilds it from storage for free.
+    Holds the collaborators every such transition needs, and an operator log that defaults to
+    the maintenance logger's error level.
     """
 
     def __init__(
@@ -204,6 +205,17 @@ class RecoveryFaults:
         self._gate = gate
         self._clock = clock
         self._log = log if log is not None else _logger.error
+
+    def _append(self, drafts: Sequence[EventDraft]) -> None:
+        """:func:`append_events`; call it inside the transition's gate transaction."""
+        append_events(self._storage, self._gate, self._clock, drafts)
+
+
+class RecoveryFaults(EventAppender):
+    """The durable fault records and the transitions that append recovery events.
+
+    Stateless apart from its collaborators: an incarnation rebuilds it from storage for free.
+    """
 
     def record(
         self,
@@ -266,7 +278,7 @@ class RecoveryFaults:
             drafts.extend(EventDraft("created", thread_id, fault, sid) for sid in added)
             if previous is None and not added:
                 drafts.append(EventDraft("created", thread_id, fault))
-            append_events(self._storage, self._gate, self._clock, drafts)
+            self._append(drafts)
             # Eviction before the pass's checkpoint must still bring the Thread back by then.
             self._gate.schedule(NATIVE, fault.retry_at)
             created.append(previous is None)
@@ -300,12 +312,7 @@ class RecoveryFaults:
                 return ()
             self._add_recipients(thread_id, len(previous.recipients), added)
             fault = replace(previous, recipients=previous.recipients + added)
-            append_events(
-                self._storage,
-                self._gate,
-                self._clock,
-                [EventDraft("created", thread_id, fault, sid) for sid in added],
-            )
+            self._append([EventDraft("created", thread_id, fault, sid) for sid in added])
             return added
 
         return self._gate.mutate(body, invalidates_recovery=False)
@@ -323,8 +330,7 @@ class RecoveryFaults:
                 return False
             self._storage.exec(_DELETE_RECIPIENTS, thread_id)
             self._storage.exec(_DELETE_FAULT, thread_id)
-            drafts = _per_recipient("cleared", previous, previous.recipients)
-            append_events(self._storage, self._gate, self._clock, drafts)
+            self._append(_per_recipient("cleared", previous, previous.recipients))
             return True
 
         return self._gate.mutate(body, invalidates_recovery=False)
@@ -550,6 +556,7 @@ __all__ = [
     "MAX_FAILURE_CHARS",
     "MAX_FAULT_ATTEMPTS",
     "RECOVERY_EVENTS_DISPATCH_TIMEOUT_MS",
+    "EventAppender",
     "EventDraft",
     "EventKind",
     "Fault",
