@@ -21,7 +21,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -119,6 +120,82 @@ def _headers(token: str | None) -> dict[str, str]:
     return {"authorization": f"Bearer {token}"} if token else {}
 
 
+@dataclass(frozen=True)
+class _Call(Generic[M]):
+    """One API request and the model its success parses into.
+
+    Both clients build their requests here, so the blocking and asynchronous twins cannot
+    drift apart on a path, a parameter or a body; each only sends the call its own way.
+    """
+
+    method: str
+    url: str
+    model: type[M]
+    params: dict[str, Any] | None = None
+    json: Any = None
+
+
+def _submit_call(
+    space: str, thread: str, input: Any, agent: str | None, idempotency_key: str | None
+) -> _Call[SubmissionView]:
+    return _Call("POST", _thread(space, thread) + "/submissions", SubmissionView,
+                 json=_submit_body(input, agent, idempotency_key))
+
+
+def _get_submission_call(space: str, thread: str, submission_id: str) -> _Call[SubmissionDetail]:
+    return _Call("GET", _submission(space, thread, submission_id), SubmissionDetail)
+
+
+def _threads_call(space: str, after: str | None, limit: int) -> _Call[ThreadPage]:
+    params: dict[str, Any] = {"limit": limit}
+    if after is not None:
+        params["after"] = after
+    return _Call("GET", _path(space, "threads"), ThreadPage, params=params)
+
+
+def _thread_call(space: str, thread: str) -> _Call[ThreadSummary]:
+    return _Call("GET", _thread(space, thread), ThreadSummary)
+
+
+def _history_call(space: str, thread: str, after: int, limit: int) -> _Call[HistoryPage]:
+    return _Call("GET", _thread(space, thread) + "/history", HistoryPage,
+                 params={"after": after, "limit": limit})
+
+
+def _approve_call(
+    space: str, thread: str, submission_id: str, key: str, approved: bool, payload: Any
+) -> _Call[ApprovalView]:
+    path = _submission(space, thread, submission_id) + "/approvals/" + quote(key, safe="")
+    return _Call("POST", path, ApprovalView, json={"approved": approved, "payload": payload})
+
+
+def _abort_call(
+    space: str, thread: str, submission_id: str, reason: str | None
+) -> _Call[SubmissionDetail]:
+    body = {} if reason is None else {"reason": reason}
+    return _Call("POST", _submission(space, thread, submission_id) + "/abort", SubmissionDetail,
+                 json=body)
+
+
+def _resolve_call(
+    space: str, thread: str, submission_id: str, action: str, result: Any
+) -> _Call[SubmissionDetail]:
+    return _Call("POST", _submission(space, thread, submission_id) + "/resolve",
+                 SubmissionDetail, json=_resolve_body(action, result))
+
+
+def _settled(
+    current: SubmissionDetail, submission_id: str, deadline: float,
+    monotonic: Callable[[], float],
+) -> bool:
+    """Whether a wait is over; raise :class:`WaitTimeout` once ``deadline`` has passed."""
+    if current.state == "settled":
+        return True
+    if monotonic() >= deadline:
+        raise WaitTimeout(f"submission {submission_id} is still {current.state}")
+    return False
+
+
 class Client:
     """A blocking client. ``transport`` lets tests route requests without a network."""
 
@@ -148,6 +225,10 @@ class Client:
         """Close the connection pool."""
         self._http.close()
 
+    def _send(self, call: _Call[M]) -> M:
+        return _parse(call.model, self._http.request(
+            call.method, call.url, params=call.params, json=call.json))
+
     def submit(
         self,
         space: str,
@@ -158,14 +239,11 @@ class Client:
         idempotency_key: str | None = None,
     ) -> SubmissionView:
         """Submit input to a Thread; an exact replay of an idempotency key returns the first."""
-        body = _submit_body(input, agent, idempotency_key)
-        return _parse(SubmissionView, self._http.post(_thread(space, thread) + "/submissions",
-                                                      json=body))
+        return self._send(_submit_call(space, thread, input, agent, idempotency_key))
 
     def get_submission(self, space: str, thread: str, submission_id: str) -> SubmissionDetail:
         """A submission with its waits, journal summary and abort intent."""
-        return _parse(SubmissionDetail,
-                      self._http.get(_submission(space, thread, submission_id)))
+        return self._send(_get_submission_call(space, thread, submission_id))
 
     def wait(
         self,
@@ -180,29 +258,23 @@ class Client:
         deadline = self._monotonic() + timeout
         while True:
             current = self.get_submission(space, thread, submission_id)
-            if current.state == "settled":
+            if _settled(current, submission_id, deadline, self._monotonic):
                 return current
-            if self._monotonic() >= deadline:
-                raise WaitTimeout(f"submission {submission_id} is still {current.state}")
             self._sleep(interval)
 
     def threads(self, space: str, *, after: str | None = None, limit: int = 100) -> ThreadPage:
         """A page of the space's Threads."""
-        params: dict[str, Any] = {"limit": limit}
-        if after is not None:
-            params["after"] = after
-        return _parse(ThreadPage, self._http.get(_path(space, "threads"), params=params))
+        return self._send(_threads_call(space, after, limit))
 
     def thread(self, space: str, thread: str) -> ThreadSummary:
         """A Thread and its open submissions."""
-        return _parse(ThreadSummary, self._http.get(_thread(space, thread)))
+        return self._send(_thread_call(space, thread))
 
     def history(
         self, space: str, thread: str, *, after: int = 0, limit: int = 100
     ) -> HistoryPage:
         """A page of the Thread's canonical records after seq ``after``."""
-        return _parse(HistoryPage, self._http.get(
-            _thread(space, thread) + "/history", params={"after": after, "limit": limit}))
+        return self._send(_history_call(space, thread, after, limit))
 
     def approve(
         self,
@@ -215,17 +287,13 @@ class Client:
         payload: Any = None,
     ) -> ApprovalView:
         """Decide the approval ``key`` that the submission waits for."""
-        path = _submission(space, thread, submission_id) + "/approvals/" + quote(key, safe="")
-        return _parse(ApprovalView, self._http.post(
-            path, json={"approved": approved, "payload": payload}))
+        return self._send(_approve_call(space, thread, submission_id, key, approved, payload))
 
     def abort(
         self, space: str, thread: str, submission_id: str, *, reason: str | None = None
     ) -> SubmissionDetail:
         """Abort the submission."""
-        body = {} if reason is None else {"reason": reason}
-        return _parse(SubmissionDetail, self._http.post(
-            _submission(space, thread, submission_id) + "/abort", json=body))
+        return self._send(_abort_call(space, thread, submission_id, reason))
 
     def events(
         self,
@@ -253,9 +321,7 @@ class Client:
         self, space: str, thread: str, submission_id: str, action: str, result: Any = _UNSET
     ) -> SubmissionDetail:
         """Resolve an Unknown Outcome: ``retry``, ``accept`` (with ``result``) or ``abort``."""
-        return _parse(SubmissionDetail, self._http.post(
-            _submission(space, thread, submission_id) + "/resolve",
-            json=_resolve_body(action, result)))
+        return self._send(_resolve_call(space, thread, submission_id, action, result))
 
 
 class AsyncClient:
@@ -287,6 +353,10 @@ class AsyncClient:
         """Close the connection pool."""
         await self._http.aclose()
 
+    async def _send(self, call: _Call[M]) -> M:
+        return _parse(call.model, await self._http.request(
+            call.method, call.url, params=call.params, json=call.json))
+
     async def submit(
         self,
         space: str,
@@ -297,16 +367,13 @@ class AsyncClient:
         idempotency_key: str | None = None,
     ) -> SubmissionView:
         """See :meth:`Client.submit`."""
-        body = _submit_body(input, agent, idempotency_key)
-        return _parse(SubmissionView, await self._http.post(
-            _thread(space, thread) + "/submissions", json=body))
+        return await self._send(_submit_call(space, thread, input, agent, idempotency_key))
 
     async def get_submission(
         self, space: str, thread: str, submission_id: str
     ) -> SubmissionDetail:
         """See :meth:`Client.get_submission`."""
-        return _parse(SubmissionDetail,
-                      await self._http.get(_submission(space, thread, submission_id)))
+        return await self._send(_get_submission_call(space, thread, submission_id))
 
     async def wait(
         self,
@@ -321,31 +388,25 @@ class AsyncClient:
         deadline = self._monotonic() + timeout
         while True:
             current = await self.get_submission(space, thread, submission_id)
-            if current.state == "settled":
+            if _settled(current, submission_id, deadline, self._monotonic):
                 return current
-            if self._monotonic() >= deadline:
-                raise WaitTimeout(f"submission {submission_id} is still {current.state}")
             await self._sleep(interval)
 
     async def threads(
         self, space: str, *, after: str | None = None, limit: int = 100
     ) -> ThreadPage:
         """See :meth:`Client.threads`."""
-        params: dict[str, Any] = {"limit": limit}
-        if after is not None:
-            params["after"] = after
-        return _parse(ThreadPage, await self._http.get(_path(space, "threads"), params=params))
+        return await self._send(_threads_call(space, after, limit))
 
     async def thread(self, space: str, thread: str) -> ThreadSummary:
         """See :meth:`Client.thread`."""
-        return _parse(ThreadSummary, await self._http.get(_thread(space, thread)))
+        return await self._send(_thread_call(space, thread))
 
     async def history(
         self, space: str, thread: str, *, after: int = 0, limit: int = 100
     ) -> HistoryPage:
         """See :meth:`Client.history`."""
-        return _parse(HistoryPage, await self._http.get(
-            _thread(space, thread) + "/history", params={"after": after, "limit": limit}))
+        return await self._send(_history_call(space, thread, after, limit))
 
     async def approve(
         self,
@@ -358,17 +419,14 @@ class AsyncClient:
         payload: Any = None,
     ) -> ApprovalView:
         """See :meth:`Client.approve`."""
-        path = _submission(space, thread, submission_id) + "/approvals/" + quote(key, safe="")
-        return _parse(ApprovalView, await self._http.post(
-            path, json={"approved": approved, "payload": payload}))
+        return await self._send(
+            _approve_call(space, thread, submission_id, key, approved, payload))
 
     async def abort(
         self, space: str, thread: str, submission_id: str, *, reason: str | None = None
     ) -> SubmissionDetail:
         """See :meth:`Client.abort`."""
-        body = {} if reason is None else {"reason": reason}
-        return _parse(SubmissionDetail, await self._http.post(
-            _submission(space, thread, submission_id) + "/abort", json=body))
+        return await self._send(_abort_call(space, thread, submission_id, reason))
 
     def events(
         self,
@@ -390,9 +448,7 @@ class AsyncClient:
         self, space: str, thread: str, submission_id: str, action: str, result: Any = _UNSET
     ) -> SubmissionDetail:
         """See :meth:`Client.resolve`."""
-        return _parse(SubmissionDetail, await self._http.post(
-            _submission(space, thread, submission_id) + "/resolve",
-            json=_resolve_body(action, result)))
+        return await self._send(_resolve_call(space, thread, submission_id, action, result))
 
 
 __all__ = ["AsyncClient", "Client", "ThreadEvent", "WaitTimeout", "raise_for_problem"]

@@ -70,10 +70,18 @@ class _Resume:
     max_reconnects: int | None
     failures: int = 0
 
-    def accept(self, event: ThreadEvent) -> None:
-        self.failures = 0
-        if event.seq is not None:
-            self.last_seq = event.seq
+    def headers(self) -> dict[str, str]:
+        """The request headers of the next connection, resuming after the last record."""
+        return _headers(self.last_seq)
+
+    def take(self, sse: ServerSentEvent) -> ThreadEvent | None:
+        """The event ``sse`` carries (None for an unknown kind), counted as received."""
+        event = _event(sse)
+        if event is not None:
+            self.failures = 0
+            if event.seq is not None:
+                self.last_seq = event.seq
+        return event
 
     def lost(self, error: Exception | None) -> None:
         """Count a lost connection; re-raise ``error`` once the allowance is spent."""
@@ -99,14 +107,13 @@ def iter_events(
     while True:
         error: Exception | None = None
         try:
-            with connect_sse(http, "GET", path, headers=_headers(state.last_seq)) as source:
+            with connect_sse(http, "GET", path, headers=state.headers()) as source:
                 if source.response.status_code >= 400:
                     source.response.read()
                     check(source.response)
                 for sse in source.iter_sse():
-                    event = _event(sse)
+                    event = state.take(sse)
                     if event is not None:
-                        state.accept(event)
                         yield event
         except httpx.TransportError as exc:
             error = exc
@@ -129,15 +136,13 @@ async def aiter_events(
     while True:
         error: Exception | None = None
         try:
-            async with aconnect_sse(http, "GET", path,
-                                    headers=_headers(state.last_seq)) as source:
+            async with aconnect_sse(http, "GET", path, headers=state.headers()) as source:
                 if source.response.status_code >= 400:
                     await source.response.aread()
                     check(source.response)
                 async for sse in source.aiter_sse():
-                    event = _event(sse)
+                    event = state.take(sse)
                     if event is not None:
-                        state.accept(event)
                         yield event
         except httpx.TransportError as exc:
             error = exc

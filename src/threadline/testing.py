@@ -248,7 +248,7 @@ class SimulatedObject:
             await self.start()
         except BaseException as exc:
             # Lost again while starting (a crash installed at a start-up failpoint).
-            if not _is_eviction(exc):
+            if not is_eviction(exc):
                 raise
             await self.evict()
 
@@ -336,7 +336,7 @@ class SimulatedObject:
             await self._skip_time_while(handler)
             report = handler.result()
         except BaseException as exc:
-            if not _is_eviction(exc):
+            if not is_eviction(exc):
                 raise
             self._handler_running = False
             await self._cancel_stragglers(before)
@@ -536,11 +536,13 @@ def _has_ready_callbacks(loop: asyncio.AbstractEventLoop) -> bool | None:
     return None if ready is None else len(ready) > 0
 
 
-def _is_eviction(exc: BaseException) -> bool:
+def is_eviction(exc: BaseException) -> bool:
+    """Whether ``exc`` is the loss of the object: :class:`~threadline.errors.Evicted`, alone or
+    anywhere inside an exception group (a task group re-raises it wrapped)."""
     if isinstance(exc, Evicted):
         return True
     if isinstance(exc, BaseExceptionGroup):
-        return any(_is_eviction(inner) for inner in exc.exceptions)
+        return any(is_eviction(inner) for inner in exc.exceptions)
     return False
 
 
@@ -667,4 +669,5 @@ __all__ = [
     "StatementFailure",
     "ThreadHarness",
     "alarm_invariant_problem",
+    "is_eviction",
 ]

@@ -42,7 +42,7 @@ from threadline import Application, ManualClock, RuntimeConfig
 from threadline.errors import Evicted
 from threadline.scheduling import FAILPOINT_LOCATIONS, read_state
 from threadline.scheduling.due_queue import DueQueue
-from threadline.testing import Effects, SimulatedObject, StatementFailure
+from threadline.testing import Effects, SimulatedObject, StatementFailure, is_eviction
 from threadline.threads import Outcome, SubmissionState, Turn, transitions
 
 START = 1_700_000_000_000
@@ -254,7 +254,7 @@ async def survive(obj: SimulatedObject, action: Callable[[], Any]) -> bool:
         if inspect.isawaitable(result):
             await result
     except BaseException as exc:
-        if not _evicted(exc):
+        if not is_eviction(exc):
             raise
         await obj.evict()
         return False
@@ -268,17 +268,9 @@ async def retrying(obj: SimulatedObject, action: Callable[[], Any]) -> Any:
             result = action()
             return await result if inspect.isawaitable(result) else result
         except BaseException as exc:
-            if not _evicted(exc):
+            if not is_eviction(exc):
                 raise
             await obj.evict()
-
-
-def _evicted(exc: BaseException) -> bool:
-    if isinstance(exc, Evicted):
-        return True
-    if isinstance(exc, BaseExceptionGroup):
-        return any(_evicted(inner) for inner in exc.exceptions)
-    return False
 
 
 async def admit(obj: SimulatedObject, scenario: Scenario, item: Item, n: int) -> Any:

@@ -13,17 +13,9 @@ creates exactly one new native opportunity, in one gate transaction.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
-
-from threadline.clock import Clock
-from threadline.maintenance.faults import EventDraft, append_events
+from threadline.maintenance.faults import EventAppender, EventDraft
 from threadline.scheduling import state
 from threadline.scheduling.due_queue import NATIVE
-from threadline.scheduling.gate import MutationGate
-from threadline.storage.port import Storage
-
-_logger = logging.getLogger("threadline.maintenance")
 
 
 class _Unread:
@@ -53,20 +45,8 @@ DELETE FROM tl_binding_waits WHERE NOT EXISTS (
 """
 
 
-class BindingWaits:
+class BindingWaits(EventAppender):
     """The durable binding waits of one object. Stateless apart from its collaborators."""
-
-    def __init__(
-        self,
-        storage: Storage,
-        gate: MutationGate,
-        clock: Clock,
-        log: Callable[[str], None] | None = None,
-    ) -> None:
-        self._storage = storage
-        self._gate = gate
-        self._clock = clock
-        self._log = log if log is not None else _logger.error
 
     def park(self, thread_id: str, submission_id: str, agent: str) -> bool:
         """Park ``submission_id`` (the head of ``thread_id``) until the registry changes.
@@ -90,8 +70,7 @@ class BindingWaits:
                 self._storage.exec(_INSERT_WAIT, submission_id, thread_id, agent, now).changed == 1
             )
             if inserted:
-                draft = EventDraft("parked", thread_id, None, submission_id, agent)
-                append_events(self._storage, self._gate, self._clock, [draft])
+                self._append([EventDraft("parked", thread_id, None, submission_id, agent)])
             return inserted
 
         return self._gate.mutate(body, invalidates_recovery=False)

@@ -24,8 +24,8 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Literal, cast
 
 from threadline.clock import Clock
@@ -186,10 +186,11 @@ def append_events(
     return list(range(first, last + 1))
 
 
-class RecoveryFaults:
-    """The durable fault records and the transitions that append recovery events.
+class EventAppender:
+    """Base of a durable store whose gate transactions append to the recovery-event log.
 
-    Stateless apart from its collaborators: an incarnation rebuilds it from storage for free.
+    Holds the collaborators every such transition needs, and an operator log that defaults to
+    the maintenance logger's error level.
     """
 
     def __init__(
@@ -204,6 +205,17 @@ class RecoveryFaults:
         self._gate = gate
         self._clock = clock
         self._log = log if log is not None else _logger.error
+
+    def _append(self, drafts: Sequence[EventDraft]) -> None:
+        """:func:`append_events`; call it inside the transition's gate transaction."""
+        append_events(self._storage, self._gate, self._clock, drafts)
+
+
+class RecoveryFaults(EventAppender):
+    """The durable fault records and the transitions that append recovery events.
+
+    Stateless apart from its collaborators: an incarnation rebuilds it from storage for free.
+    """
 
     def record(
         self,
@@ -266,7 +278,7 @@ class RecoveryFaults:
             drafts.extend(EventDraft("created", thread_id, fault, sid) for sid in added)
             if previous is None and not added:
                 drafts.append(EventDraft("created", thread_id, fault))
-            append_events(self._storage, self._gate, self._clock, drafts)
+            self._append(drafts)
             # Eviction before the pass's checkpoint must still bring the Thread back by then.
             self._gate.schedule(NATIVE, fault.retry_at)
             created.append(previous is None)
@@ -299,13 +311,8 @@ class RecoveryFaults:
             if not added:
                 return ()
             self._add_recipients(thread_id, len(previous.recipients), added)
-            fault = _with_recipients(previous, previous.recipients + added)
-            append_events(
-                self._storage,
-                self._gate,
-                self._clock,
-                [EventDraft("created", thread_id, fault, sid) for sid in added],
-            )
+            fault = replace(previous, recipients=previous.recipients + added)
+            self._append([EventDraft("created", thread_id, fault, sid) for sid in added])
             return added
 
         return self._gate.mutate(body, invalidates_recovery=False)
@@ -323,8 +330,7 @@ class RecoveryFaults:
                 return False
             self._storage.exec(_DELETE_RECIPIENTS, thread_id)
             self._storage.exec(_DELETE_FAULT, thread_id)
-            drafts = _per_recipient("cleared", previous, previous.recipients)
-            append_events(self._storage, self._gate, self._clock, drafts)
+            self._append(_per_recipient("cleared", previous, previous.recipients))
             return True
 
         return self._gate.mutate(body, invalidates_recovery=False)
@@ -384,7 +390,7 @@ class RecoveryFaults:
         for row in self._storage.exec(_SELECT_ALL_RECIPIENTS):
             recipients.setdefault(str(row["thread_id"]), []).append(str(row["submission_id"]))
         return [
-            _fault_from_row(row, tuple(recipients.get(str(row["thread_id"]), ())))
+            _fault_from_fields(row, tuple(recipients.get(str(row["thread_id"]), ())))
             for row in self._storage.exec(_SELECT_FAULTS)
         ]
 
@@ -395,7 +401,7 @@ class RecoveryFaults:
         ids = tuple(
             str(r["submission_id"]) for r in self._storage.exec(_SELECT_RECIPIENTS, thread_id)
         )
-        return _fault_from_row(row, ids)
+        return _fault_from_fields(row, ids)
 
     def _add_recipients(self, thread_id: str, start: int, added: Sequence[str]) -> None:
         for offset, submission_id in enumerate(added):
@@ -498,28 +504,16 @@ def _per_recipient(kind: EventKind, fault: Fault, recipients: Sequence[str]) -> 
     return [EventDraft(kind, fault.thread_id, fault, sid) for sid in recipients]
 
 
-def _with_recipients(fault: Fault, recipients: tuple[str, ...]) -> Fault:
+def _fault_from_fields(fields: Mapping[str, Any], recipients: tuple[str, ...]) -> Fault:
+    """A fault from a ``tl_recovery_faults`` row or the ``fault`` object of an event body."""
     return Fault(
-        fault.thread_id,
-        fault.first_failed_at,
-        fault.last_failed_at,
-        fault.attempts,
-        fault.retry_at,
-        fault.failure,
-        fault.error_type,
-        recipients,
-    )
-
-
-def _fault_from_row(row: Row, recipients: tuple[str, ...]) -> Fault:
-    return Fault(
-        thread_id=str(row["thread_id"]),
-        first_failed_at=int(row["first_failed_at"]),
-        last_failed_at=int(row["last_failed_at"]),
-        attempts=int(row["attempts"]),
-        retry_at=int(row["retry_at"]),
-        failure=str(row["failure"]),
-        error_type=str(row["error_type"]),
+        thread_id=str(fields["thread_id"]),
+        first_failed_at=int(fields["first_failed_at"]),
+        last_failed_at=int(fields["last_failed_at"]),
+        attempts=int(fields["attempts"]),
+        retry_at=int(fields["retry_at"]),
+        failure=str(fields["failure"]),
+        error_type=str(fields["error_type"]),
         recipients=recipients,
     )
 
@@ -542,16 +536,7 @@ def _event_from_row(row: Row) -> RecoveryEvent:
     raw = body.get("fault")
     fault = None
     if raw is not None:
-        fault = Fault(
-            thread_id=str(raw["thread_id"]),
-            first_failed_at=int(raw["first_failed_at"]),
-            last_failed_at=int(raw["last_failed_at"]),
-            attempts=int(raw["attempts"]),
-            retry_at=int(raw["retry_at"]),
-            failure=str(raw["failure"]),
-            error_type=str(raw["error_type"]),
-            recipients=tuple(str(s) for s in raw["recipients"]),
-        )
+        fault = _fault_from_fields(raw, tuple(str(s) for s in raw["recipients"]))
     submission = row["submission_id"]
     agent = body.get("agent")
     return RecoveryEvent(
@@ -571,6 +556,7 @@ __all__ = [
     "MAX_FAILURE_CHARS",
     "MAX_FAULT_ATTEMPTS",
     "RECOVERY_EVENTS_DISPATCH_TIMEOUT_MS",
+    "EventAppender",
     "EventDraft",
     "EventKind",
     "Fault",

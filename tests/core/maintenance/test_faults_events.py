@@ -87,6 +87,9 @@ def test_admissions_under_a_fault_become_recipients_without_speeding_up_retry(ri
     assert _kinds(rig.events.unacknowledged()) == [
         (1, "created", "s1"), (2, "created", "s2"), (3, "created", "s3"),
     ]
+    # The events of admitted recipients carry the fault as it stands after their admission.
+    noted = rig.events.unacknowledged()[1:]
+    assert [e.fault for e in noted] == [after, after]
 
 
 def test_events_are_delivered_in_order_and_acknowledged_one_by_one(
