@@ -190,6 +190,11 @@ async def _bounded(work: Awaitable[int | None], clock: Clock, deadline: int) -> 
         with suppress(asyncio.CancelledError):
             await task
         raise TimeoutError
+    if task.cancelled():
+        # Nothing cancelled the wave (that would have raised from the wait above): the
+        # handler's own code let a CancelledError out. That is its failure, charged like any
+        # other; propagating it would cancel the whole pass.
+        raise RuntimeError("the lane handler raised CancelledError without being cancelled")
     return task.result()
 
 
