@@ -155,7 +155,7 @@ class _Scan:
         if self._full or generations != self._generations:
             items = runtime.ledger.scan_nonterminal()
             self._faults = owner._faults.deadlines()
-            self._parked = owner._bindings.parked_threads() if items else frozenset()
+            self._parked = owner._bindings.parked_submissions() if items else frozenset()
             views = classify(storage, items, now, active=active | runtime.active_threads,
                              faults=self._faults, parked=self._parked,
                              registered=runtime.registry)
@@ -338,7 +338,7 @@ class Maintenance:
     def _views(self, now: int, active: set[str] | frozenset[str]) -> list[ThreadView]:
         items = self._runtime.ledger.scan_nonterminal()
         deadlines = self._faults.deadlines()
-        parked = self._bindings.parked_threads() if items else frozenset()
+        parked = self._bindings.parked_submissions() if items else frozenset()
         return classify(
             self._storage, items, now, active=active | self._runtime.active_threads,
             faults=deadlines, parked=parked, registered=self._runtime.registry,
