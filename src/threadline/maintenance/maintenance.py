@@ -58,7 +58,7 @@ from threadline.scheduling import (
 )
 from threadline.scheduling import state as generation
 from threadline.storage.port import Storage
-from threadline.threads.recovery import Disposition, RecoverySweepResult
+from threadline.threads.recovery import Disposition, RecoveryBlocked, RecoverySweepResult
 from threadline.threads.runtime import ThreadRuntime
 
 _logger = logging.getLogger("threadline.maintenance")
@@ -493,6 +493,13 @@ class Maintenance:
                 await self._fp.reached(BINDING_BEFORE)
                 self._bindings.park(view.thread_id, head.submission_id, head.agent)
                 await self._fp.reached(BINDING_AFTER)
+            return False
+        except (ThreadlineError, ValueError, KeyError) as exc:
+            # Storage failed (or a record could not be read) before a claim was held: nothing
+            # of this Thread moved. It becomes this Thread's fault, like a failed recovery;
+            # failing the pass would cancel the Attempts of every other Thread running now.
+            blocked = RecoveryBlocked(view.thread_id, str(exc), type(exc).__name__)
+            await self._observe(view, RecoverySweepResult(blocked=(blocked,)))
             return False
         if settlement is None:
             return False
