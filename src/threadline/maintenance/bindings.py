@@ -114,7 +114,7 @@ class BindingWaits:
         return self._storage.exec(_PRUNE).changed
 
     def parked_threads(self) -> frozenset[str]:
-        """Threads whose head is parked on a binding wait."""
+        """Threads with a binding wait (their head is parked until its submission settles)."""
         return frozenset(
             str(row["thread_id"]) for row in self._storage.exec(_SELECT_PARKED_THREADS)
         )

@@ -50,7 +50,9 @@ async def _run() -> None:
     effects = Effects()
     clock = ManualClock()
     holder: list[SimulatedObject] = []
-    async with SimulatedObject(_app(effects, clock, holder), clock=clock) as obj:
+    async with SimulatedObject(
+        _app(effects, clock, holder), clock=clock, check_alarm_invariant=True
+    ) as obj:
         holder.append(obj)
         charged = obj.admit("t-a", "charges", {})
         await obj.run_alarms(max_passes=50)
