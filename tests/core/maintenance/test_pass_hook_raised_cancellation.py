@@ -1,10 +1,14 @@
-"""A recovery-event hook whose own code raises ``CancelledError`` is a failing hook like any
-other: its wave is charged and retried with backoff, the event is delivered again, and the
-pass (with native work running beside it) is not cancelled."""
+"""A recovery-event hook whose own code raises ``CancelledError`` (nothing cancelled it) or a
+foreign ``BaseException`` is a failing hook like any other: its wave is charged and retried
+with backoff, the event is delivered again, and the pass (with native work running beside it)
+is not cancelled or ended."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
 
 from threadline.app import Application
 from threadline.maintenance.faults import RecoveryEvent
@@ -13,16 +17,28 @@ from threadline.threads.model import Outcome
 from threadline.threads.turn import Turn
 
 
-def _app(seen: list[str]) -> Application:
+class Foreign(BaseException):
+    """Neither an ``Exception`` nor anything the host raises to stop the code."""
+
+
+async def _own_cancellation() -> None:
+    inner = asyncio.ensure_future(asyncio.sleep(3600))
+    inner.cancel()
+    await inner  # its own sub-task's cancellation escapes the hook
+
+
+async def _foreign_base_exception() -> None:
+    raise Foreign("not an Exception")
+
+
+def _app(seen: list[str], fail: Callable[[], Awaitable[None]]) -> Application:
     app = Application()
 
     @app.on_recovery_event
     async def hook(event: RecoveryEvent) -> None:
         seen.append(event.kind)
         if len(seen) == 1:
-            inner = asyncio.ensure_future(asyncio.sleep(3600))
-            inner.cancel()
-            await inner  # its own sub-task's cancellation escapes the hook
+            await fail()
 
     @app.agent("echo")
     async def echo(turn: Turn) -> dict[str, bool]:
@@ -31,9 +47,9 @@ def _app(seen: list[str]) -> Application:
     return app
 
 
-async def _run() -> None:
+async def _run(fail: Callable[[], Awaitable[None]]) -> None:
     seen: list[str] = []
-    async with SimulatedObject(_app(seen)) as obj:
+    async with SimulatedObject(_app(seen, fail)) as obj:
         obj.admit("t-parked", "not-registered", {})
         served = obj.admit("t-served", "echo", {})
         await obj.run_alarms(max_passes=50)
@@ -42,5 +58,8 @@ async def _run() -> None:
         assert obj.alarm_at is None
 
 
-def test_a_hooks_own_cancelled_error_is_a_failed_wave() -> None:
-    asyncio.run(_run())
+@pytest.mark.parametrize("fail", [_own_cancellation, _foreign_base_exception])
+def test_a_hook_raising_what_no_one_asked_for_is_a_failed_wave(
+    fail: Callable[[], Awaitable[None]],
+) -> None:
+    asyncio.run(_run(fail))
