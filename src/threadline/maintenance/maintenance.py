@@ -488,23 +488,29 @@ class Maintenance:
             settlement = await self._runtime.process_thread_head(
                 view.thread_id, yield_after=yield_after)
         except BindingUnavailable:
-            head = self._runtime.head(view.thread_id)
-            if head is not None:
-                await self._fp.reached(BINDING_BEFORE)
-                self._bindings.park(view.thread_id, head.submission_id, head.agent)
-                await self._fp.reached(BINDING_AFTER)
+            try:
+                head = self._runtime.head(view.thread_id)
+                if head is not None:
+                    await self._fp.reached(BINDING_BEFORE)
+                    self._bindings.park(view.thread_id, head.submission_id, head.agent)
+                    await self._fp.reached(BINDING_AFTER)
+            except (ThreadlineError, ValueError, KeyError) as exc:
+                await self._blocked(view, exc)
             return False
         except (ThreadlineError, ValueError, KeyError) as exc:
-            # Storage failed (or a record could not be read) before a claim was held: nothing
-            # of this Thread moved. It becomes this Thread's fault, like a failed recovery;
-            # failing the pass would cancel the Attempts of every other Thread running now.
-            blocked = RecoveryBlocked(view.thread_id, str(exc), type(exc).__name__)
-            await self._observe(view, RecoverySweepResult(blocked=(blocked,)))
+            await self._blocked(view, exc)
             return False
         if settlement is None:
             return False
         tally.settled += 1
         return True
+
+    async def _blocked(self, view: ThreadView, exc: Exception) -> None:
+        """Storage failed (or a record could not be read) while dispatching one Thread, with
+        no claim held: nothing of it moved. It becomes that Thread's fault, like a failed
+        recovery; failing the pass would cancel the Attempts of every other Thread running."""
+        blocked = RecoveryBlocked(view.thread_id, str(exc), type(exc).__name__)
+        await self._observe(view, RecoverySweepResult(blocked=(blocked,)))
 
     # -- checkpoint and failure ----------------------------------------------------------------
 
