@@ -1,7 +1,8 @@
 """An HTTP-level test driver: a Space on SqliteStorage with ManualClock, called like a client.
 
-The alarm does not run work yet, so a test that needs a submission to progress drives the
-runtime the way a pass will: recovery, then one head Attempt, per Thread, until nothing changes.
+No alarm fires here: a test that needs a submission to progress drives the runtime the way a
+pass does (recovery, then one head Attempt, per Thread, until nothing changes), so it decides
+when work moves. The alarm's own path is tested over ``threadline.testing`` and in workerd.
 """
 
 from __future__ import annotations

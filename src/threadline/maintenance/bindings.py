@@ -30,6 +30,7 @@ INSERT INTO tl_binding_waits (submission_id, thread_id, agent, parked_at) VALUES
 ON CONFLICT (submission_id) DO NOTHING
 """
 _SELECT_PARKED_THREADS = "SELECT DISTINCT thread_id FROM tl_binding_waits"
+_SELECT_PARKED_SUBMISSIONS = "SELECT submission_id FROM tl_binding_waits"
 _SELECT_WAITS = """
 SELECT submission_id, thread_id, agent, parked_at FROM tl_binding_waits
 ORDER BY thread_id, submission_id
@@ -92,9 +93,16 @@ class BindingWaits(EventAppender):
         return self._storage.exec(_PRUNE).changed
 
     def parked_threads(self) -> frozenset[str]:
-        """Threads whose head is parked on a binding wait."""
+        """Threads with a binding wait (their head is parked until its submission settles)."""
         return frozenset(
             str(row["thread_id"]) for row in self._storage.exec(_SELECT_PARKED_THREADS)
+        )
+
+    def parked_submissions(self) -> frozenset[str]:
+        """Submissions parked on a binding wait. A wait holds the head it was made for, not
+        its Thread: once that head settles, the next one is judged (and parked) on its own."""
+        return frozenset(
+            str(row["submission_id"]) for row in self._storage.exec(_SELECT_PARKED_SUBMISSIONS)
         )
 
     def waits(self) -> list[tuple[str, str, str, int]]:

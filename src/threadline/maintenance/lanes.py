@@ -28,7 +28,7 @@ from enum import StrEnum
 
 from threadline.clock import Clock
 from threadline.config import RuntimeConfig
-from threadline.errors import SchedulingError
+from threadline.errors import Evicted, SchedulingError
 from threadline.scheduling import NATIVE, DueQueue, Lane, LaneState, MutationGate, backoff_ms
 from threadline.scheduling.due_queue import validate_lane_id
 from threadline.storage.port import Storage
@@ -174,6 +174,11 @@ class LaneRunner:
         self._storage.transaction(lambda: self._queue.complete(claimed, due))
 
 
+#: What a lane handler may let out of its wave: the (simulated) loss of the object, and the
+#: host stopping the code. Anything else it raises fails the wave.
+_PROPAGATES = (Evicted, KeyboardInterrupt, SystemExit)
+
+
 async def _bounded(work: Awaitable[int | None], clock: Clock, deadline: int) -> int | None:
     """Await ``work`` until ``deadline`` on ``clock``; past it, cancel it and raise TimeoutError."""
     task = asyncio.ensure_future(work)
@@ -190,6 +195,16 @@ async def _bounded(work: Awaitable[int | None], clock: Clock, deadline: int) -> 
         with suppress(asyncio.CancelledError):
             await task
         raise TimeoutError
+    if task.cancelled():
+        # Nothing cancelled the wave (that would have raised from the wait above): the
+        # handler's own code let a CancelledError out. That is its failure, charged like any
+        # other; propagating it would cancel the whole pass.
+        raise RuntimeError("the lane handler raised CancelledError without being cancelled")
+    failure = task.exception()
+    if failure is not None and not isinstance(failure, (Exception, *_PROPAGATES)):
+        # A foreign BaseException (GeneratorExit, a custom subclass) is the handler's failure
+        # too: only a loss of the object or a stop of the host may end the pass.
+        raise RuntimeError(f"the lane handler raised {type(failure).__name__}") from failure
     return task.result()
 
 

@@ -58,7 +58,7 @@ from threadline.scheduling import (
 )
 from threadline.scheduling import state as generation
 from threadline.storage.port import Storage
-from threadline.threads.recovery import Disposition, RecoverySweepResult
+from threadline.threads.recovery import Disposition, RecoveryBlocked, RecoverySweepResult
 from threadline.threads.runtime import ThreadRuntime
 
 _logger = logging.getLogger("threadline.maintenance")
@@ -155,7 +155,7 @@ class _Scan:
         if self._full or generations != self._generations:
             items = runtime.ledger.scan_nonterminal()
             self._faults = owner._faults.deadlines()
-            self._parked = owner._bindings.parked_threads() if items else frozenset()
+            self._parked = owner._bindings.parked_submissions() if items else frozenset()
             views = classify(storage, items, now, active=active | runtime.active_threads,
                              faults=self._faults, parked=self._parked,
                              registered=runtime.registry)
@@ -338,7 +338,7 @@ class Maintenance:
     def _views(self, now: int, active: set[str] | frozenset[str]) -> list[ThreadView]:
         items = self._runtime.ledger.scan_nonterminal()
         deadlines = self._faults.deadlines()
-        parked = self._bindings.parked_threads() if items else frozenset()
+        parked = self._bindings.parked_submissions() if items else frozenset()
         return classify(
             self._storage, items, now, active=active | self._runtime.active_threads,
             faults=deadlines, parked=parked, registered=self._runtime.registry,
@@ -488,16 +488,29 @@ class Maintenance:
             settlement = await self._runtime.process_thread_head(
                 view.thread_id, yield_after=yield_after)
         except BindingUnavailable:
-            head = self._runtime.head(view.thread_id)
-            if head is not None:
-                await self._fp.reached(BINDING_BEFORE)
-                self._bindings.park(view.thread_id, head.submission_id, head.agent)
-                await self._fp.reached(BINDING_AFTER)
+            try:
+                head = self._runtime.head(view.thread_id)
+                if head is not None:
+                    await self._fp.reached(BINDING_BEFORE)
+                    self._bindings.park(view.thread_id, head.submission_id, head.agent)
+                    await self._fp.reached(BINDING_AFTER)
+            except (ThreadlineError, ValueError, KeyError) as exc:
+                await self._blocked(view, exc)
+            return False
+        except (ThreadlineError, ValueError, KeyError) as exc:
+            await self._blocked(view, exc)
             return False
         if settlement is None:
             return False
         tally.settled += 1
         return True
+
+    async def _blocked(self, view: ThreadView, exc: Exception) -> None:
+        """Storage failed (or a record could not be read) while dispatching one Thread, with
+        no claim held: nothing of it moved. It becomes that Thread's fault, like a failed
+        recovery; failing the pass would cancel the Attempts of every other Thread running."""
+        blocked = RecoveryBlocked(view.thread_id, str(exc), type(exc).__name__)
+        await self._observe(view, RecoverySweepResult(blocked=(blocked,)))
 
     # -- checkpoint and failure ----------------------------------------------------------------
 

@@ -79,8 +79,9 @@ def classify(
 ) -> list[ThreadView]:
     """One :class:`ThreadView` per Thread among ``items`` (ordered by thread, then seq).
 
-    ``faults`` maps faulted Threads to their ``retry_at``; ``parked`` are Threads with a
-    binding wait, which stay parked while their head's agent is not in ``registered``.
+    ``faults`` maps faulted Threads to their ``retry_at``; ``parked`` are the submissions
+    with a binding wait: a Thread whose head is one of them stays parked while that head's
+    agent is not in ``registered``.
     """
     views: list[ThreadView] = []
     for thread_id, group in groupby(items, key=lambda item: item.thread_id):
@@ -127,7 +128,7 @@ def _need(
     if state is SubmissionState.TERMINALIZING:
         return Need.RUNNABLE, None
     if state in CLAIMABLE:
-        if thread_id in parked and head.agent not in registered:
+        if head.submission_id in parked and head.agent not in registered:
             return Need.STABLE, None
         if head.not_before is not None and head.not_before > now:
             return Need.TIMED, head.not_before

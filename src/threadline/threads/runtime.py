@@ -54,6 +54,7 @@ from threadline.errors import (
     AttemptTimeout,
     Evicted,
     NonRetryable,
+    RetryableAgentError,
     StorageError,
     StorageValueTooLarge,
     ValidationFailed,
@@ -284,6 +285,11 @@ class ThreadRuntime:
                 await self._stop(agent)
                 raise
             if agent.done():
+                if agent.cancelled():
+                    # Nobody cancelled this Attempt (that would have raised from the wait
+                    # above): the agent's own code let a CancelledError out. It fails this
+                    # Attempt only; propagating it would cancel the whole pass.
+                    raise AgentCancelled()
                 return agent.result()
             if not await self._stop(agent):
                 raise AttemptTimeout(
@@ -529,6 +535,13 @@ class ThreadRuntime:
             return Settlement(item.submission_id, item.thread_id, outcome, None, error)
 
         return commit_fact(self.gate, write, (NATIVE, PUBLICATION))
+
+
+class AgentCancelled(RetryableAgentError):
+    """The agent's code raised ``CancelledError`` although nothing cancelled its Attempt."""
+
+    def __init__(self) -> None:
+        super().__init__("the agent raised CancelledError without its Attempt being cancelled")
 
 
 class StepLeftInFlight(Exception):
