@@ -58,6 +58,8 @@ from threadline.scheduling import (
 )
 from threadline.scheduling import state as generation
 from threadline.storage.port import Storage
+from threadline.threads import waits
+from threadline.threads.model import WorkItem
 from threadline.threads.recovery import Disposition, RecoverySweepResult
 from threadline.threads.runtime import ThreadRuntime
 
@@ -122,7 +124,8 @@ class _Tally:
 class _Scan:
     """The pass's view of open work, refreshed per Thread as its Attempts end.
 
-    The ledger is scanned in full at the start, after backlog recovery and whenever a producer
+    Only Threads with work that may be owed now are visited (see :meth:`Maintenance._open_work`).
+    They are read at the start, after backlog recovery and whenever a producer
     outside the pass advanced the generation through the gate (the pass's own commits do not;
     the gate's in-memory hint saves a storage read per Attempt, and the checkpoint still checks
     the durable generation). Otherwise only a Thread whose Attempt just ended is read again, so
@@ -153,8 +156,7 @@ class _Scan:
         runtime = owner._runtime
         generations = owner._gate.generations
         if self._full or generations != self._generations:
-            items = runtime.ledger.scan_nonterminal()
-            self._faults = owner._faults.deadlines()
+            items, self._faults = owner._open_work(now)
             self._parked = owner._bindings.parked_threads() if items else frozenset()
             views = classify(storage, items, now, active=active | runtime.active_threads,
                              faults=self._faults, parked=self._parked,
@@ -335,9 +337,27 @@ class Maintenance:
 
     # -- native work -------------------------------------------------------------------------
 
-    def _views(self, now: int, active: set[str] | frozenset[str]) -> list[ThreadView]:
-        items = self._runtime.ledger.scan_nonterminal()
+    def _open_work(self, now: int) -> tuple[list[WorkItem], dict[str, int]]:
+        """The open submissions of every Thread that may owe work now, and the fault deadlines.
+
+        Visited: Threads with a live head (queued, ready, running or terminalizing, through
+        the partial index ``tl_submissions_live``), Threads with a timer due at ``now``
+        (through the due index on open waits), and Threads under a recovery fault. A Thread
+        suspended on a timer that is not due, or waiting for the outside world with nothing
+        live behind it, is never read: the pass's reads follow due and live work, not the
+        number of pending timers. The earliest pending timer is one indexed read at the
+        checkpoint (:func:`waits.next_timer`).
+        """
+        ledger = self._runtime.ledger
         deadlines = self._faults.deadlines()
+        threads = set(ledger.live_threads())
+        threads.update(waits.due_timer_threads(self._storage, now))
+        threads.update(deadlines)
+        items = [item for thread_id in sorted(threads) for item in ledger.thread_open(thread_id)]
+        return items, deadlines
+
+    def _views(self, now: int, active: set[str] | frozenset[str]) -> list[ThreadView]:
+        items, deadlines = self._open_work(now)
         parked = self._bindings.parked_threads() if items else frozenset()
         return classify(
             self._storage, items, now, active=active | self._runtime.active_threads,
@@ -516,6 +536,11 @@ class Maintenance:
         owed_now = any(view.need in (Need.RUNNABLE, Need.RECOVER) for view in views)
         timed = [view.due_at for view in views
                  if view.need in (Need.TIMED, Need.FAULTED) and view.due_at is not None]
+        # Suspensions whose timers are not due were not visited: their earliest timer bounds
+        # when one can wake.
+        sleeper = waits.next_timer(self._storage, now)
+        if sleeper is not None:
+            timed.append(sleeper)
         overlap = (observed.active_at_start > 0 or active > 0
                    or current.dirty != observed.generation)
         gen = observed.generation

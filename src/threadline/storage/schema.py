@@ -229,8 +229,16 @@ _PASS_REPORTS = (
     )""",
 )
 
+# Threads an actionable pass must visit whatever their timers: a head that can be claimed, is
+# running or is settling. Suspended, Unknown and joined submissions stay out, so the pass's
+# reads do not grow with the Threads sleeping on a timer or waiting for the outside world.
+_LIVE_WORK = (
+    """CREATE INDEX tl_submissions_live ON tl_submissions (thread_id, seq)
+        WHERE state IN ('queued', 'ready', 'running', 'terminalizing')""",
+)
+
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
-MIGRATIONS: list[tuple[str, ...]] = [_SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS]
+MIGRATIONS: list[tuple[str, ...]] = [_SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK]
 
 SCHEMA_VERSION = len(MIGRATIONS)
 
