@@ -2,7 +2,8 @@
 
 A pass
 
-1. **begins** by reading the generation record (one row) and the due lanes. Caught up (the
+1. **begins** by reading the generation record (one row) and the earliest due lane (one row;
+   the due lanes only when it is due). Caught up (the
    generation is processed or its native retry is still ahead, and the native lane is not due):
    no ledger scan, no history read; only due lanes are served and the alarm decided.
 2. Otherwise it is **actionable**: it scans open work (control columns only), recovers the
@@ -21,7 +22,8 @@ A pass
    no producer overlapped the pass and no autonomous work is owed now; work owed now that made
    no progress gets a durable native retry (``base * 2^stalls`` capped, jittered); the native
    lane is set to the earliest timed obligation.
-6. **Finish**: the alarm is decided from the due queue under the gate's snapshot.
+6. **Finish**: the alarm is decided from the due queue under the gate's snapshot (a caught-up
+   pass that ran no wave and saw no producer reuses the earliest due it read at the begin).
 
 A pass that fails (a storage error, say) logs one content-free line, re-arms with backoff for
 the failed generation only (a producer that raced it is due at once) and returns normally, so
@@ -107,6 +109,8 @@ class _Observed:
     nonterminal: int = 0
     last_served: str | None = None
     last_recovered: str | None = None
+    #: The earliest lane due at the begin (None: no lane due at all).
+    earliest: int | None = None
 
 
 @dataclass
@@ -276,6 +280,7 @@ class Maintenance:
         with self._gate.snapshot() as active:
             observed.active_at_start = active
             due = self._storage.transaction(lambda: self._begin(started, observed))
+            revision = self._gate.revision
         await self._fp.reached(BEGIN_AFTER)
 
         waves = [
@@ -303,7 +308,12 @@ class Maintenance:
         await self._fp.reached(FINISH_BEFORE)
         now = self._clock.now_ms()
         with self._gate.snapshot():
-            decision = self._alarm.decide(now)
+            if observed.actionable or waves or self._gate.revision != revision:
+                decision = self._alarm.decide(now)
+            else:
+                # Caught up, no wave ran and no producer committed: the lanes are as the
+                # begin read them, so its earliest due decides without a second read.
+                decision = self._alarm.decide_known(now, observed.earliest)
         await self._fp.reached(FINISH_AFTER)
         return decision
 
@@ -313,7 +323,11 @@ class Maintenance:
         if current.binding_registry_key != key:
             self._bindings.reconcile(key, stored=current.binding_registry_key)
             current = generation.read_state(self._storage)
-        due = self._queue.due(now)
+        # One indexed row answers both lane questions while nothing is due: the earliest lane
+        # is the next due (for the final decision) and, being later than now, says no lane is.
+        observed.earliest = self._queue.next()
+        due = (self._queue.due(now)
+               if observed.earliest is not None and observed.earliest <= now else [])
         native = next((lane for lane in due if lane.id == NATIVE), None)
         observed.generation = current.dirty
         observed.nonterminal = current.nonterminal
