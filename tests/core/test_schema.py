@@ -24,7 +24,7 @@ EXPECTED_TABLES = {
     "tl_history", "tl_waits", "tl_abort_intents", "tl_outbox", "tl_messages",
 }
 EXPECTED_INDEXES = {
-    "tl_lanes_due", "tl_submissions_open", "tl_waits_open", "tl_outbox_pending",
+    "tl_lanes_due", "tl_submissions_open", "tl_submissions_live", "tl_waits_open",
     "tl_messages_pending",
 }
 
@@ -200,3 +200,38 @@ def test_rows_written_at_an_earlier_version_survive_every_later_migration(start:
         # Every column the row had still holds what was written; later columns may be added.
         assert _rows(storage, table, columns) == rows, table
     assert storage.exec("PRAGMA foreign_key_check").rows == []
+
+
+def test_lean_rows_migration_keeps_every_outbox_record_and_pass_report() -> None:
+    lean = MIGRATIONS.index(schema_module._LEAN_ROWS)
+    storage = SqliteStorage(":memory:")
+    migrate(storage, target=lean)
+    for n in range(1, 4):
+        storage.exec(
+            "INSERT INTO tl_outbox (record_id, thread_id, kind, body_json, state, attempts,"
+            " created_at, delivered_at) VALUES (?, 't', 'record', ?, ?, ?, ?, ?)",
+            f"r{n}", f'{{"n":{n}}}', "delivered" if n == 1 else "pending", n, 10 + n,
+            20 if n == 1 else None)
+        storage.exec(
+            "INSERT INTO tl_pass_reports (started_at, phase, recovered, settled, dispatched,"
+            " nonterminal, alarm, alarm_at, rows_read, rows_written, statements, duration_ms,"
+            " failure_type, failure_message) VALUES (?, ?, 0, ?, 1, 0, 'rearmed', ?, 5, 6, 7,"
+            " 1, ?, ?)",
+            100 + n, "failed" if n == 3 else "actionable", n, 200 + n,
+            "StorageError" if n == 3 else None, "boom" if n == 3 else None)
+    # A trimmed report: its seq is not reused, since the newest row is never deleted.
+    storage.exec("DELETE FROM tl_pass_reports WHERE seq = 1")
+    tables = ("tl_outbox", "tl_pass_reports")
+    before = {table: storage.exec(f"SELECT * FROM {table} ORDER BY seq").rows for table in tables}
+    assert migrate(storage) == SCHEMA_VERSION - lean
+    for table in tables:
+        assert storage.exec(f"SELECT * FROM {table} ORDER BY seq").rows == before[table], table
+    names = {row["name"] for row in storage.exec("SELECT name FROM sqlite_master")}
+    assert not {"tl_outbox_old", "tl_pass_reports_old", "tl_outbox_pending"} & names
+    sql = {row["name"]: row["sql"] for row in storage.exec(
+        "SELECT name, sql FROM sqlite_master WHERE name IN ('tl_outbox', 'tl_pass_reports')")}
+    assert all("AUTOINCREMENT" not in text for text in sql.values())
+    storage.exec("INSERT INTO tl_outbox (record_id, thread_id, kind, body_json, created_at)"
+                 " VALUES ('r4', 't', 'record', '{}', 14)")
+    assert storage.exec("SELECT seq FROM tl_outbox WHERE record_id = 'r4'").scalar() == 4
+    assert storage.exec("SELECT max(seq) FROM tl_pass_reports").scalar() == 3

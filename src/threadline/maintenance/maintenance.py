@@ -2,7 +2,8 @@
 
 A pass
 
-1. **begins** by reading the generation record (one row) and the due lanes. Caught up (the
+1. **begins** by reading the generation record (one row) and the earliest due lane (one row;
+   the due lanes only when it is due). Caught up (the
    generation is processed or its native retry is still ahead, and the native lane is not due):
    no ledger scan, no history read; only due lanes are served and the alarm decided.
 2. Otherwise it is **actionable**: it scans open work (control columns only), recovers the
@@ -21,7 +22,8 @@ A pass
    no producer overlapped the pass and no autonomous work is owed now; work owed now that made
    no progress gets a durable native retry (``base * 2^stalls`` capped, jittered); the native
    lane is set to the earliest timed obligation.
-6. **Finish**: the alarm is decided from the due queue under the gate's snapshot.
+6. **Finish**: the alarm is decided from the due queue under the gate's snapshot (a caught-up
+   pass that ran no wave and saw no producer reuses the earliest due it read at the begin).
 
 A pass that fails (a storage error, say) logs one content-free line, re-arms with backoff for
 the failed generation only (a producer that raced it is due at once) and returns normally, so
@@ -58,6 +60,8 @@ from threadline.scheduling import (
 )
 from threadline.scheduling import state as generation
 from threadline.storage.port import Storage
+from threadline.threads import waits
+from threadline.threads.model import WorkItem
 from threadline.threads.recovery import Disposition, RecoveryBlocked, RecoverySweepResult
 from threadline.threads.runtime import ThreadRuntime
 
@@ -105,6 +109,8 @@ class _Observed:
     nonterminal: int = 0
     last_served: str | None = None
     last_recovered: str | None = None
+    #: The earliest lane due at the begin (None: no lane due at all).
+    earliest: int | None = None
 
 
 @dataclass
@@ -122,7 +128,8 @@ class _Tally:
 class _Scan:
     """The pass's view of open work, refreshed per Thread as its Attempts end.
 
-    The ledger is scanned in full at the start, after backlog recovery and whenever a producer
+    Only Threads with work that may be owed now are visited (see :meth:`Maintenance._open_work`).
+    They are read at the start, after backlog recovery and whenever a producer
     outside the pass advanced the generation through the gate (the pass's own commits do not;
     the gate's in-memory hint saves a storage read per Attempt, and the checkpoint still checks
     the durable generation). Otherwise only a Thread whose Attempt just ended is read again, so
@@ -153,8 +160,7 @@ class _Scan:
         runtime = owner._runtime
         generations = owner._gate.generations
         if self._full or generations != self._generations:
-            items = runtime.ledger.scan_nonterminal()
-            self._faults = owner._faults.deadlines()
+            items, self._faults = owner._open_work(now)
             self._parked = owner._bindings.parked_submissions() if items else frozenset()
             views = classify(storage, items, now, active=active | runtime.active_threads,
                              faults=self._faults, parked=self._parked,
@@ -274,6 +280,7 @@ class Maintenance:
         with self._gate.snapshot() as active:
             observed.active_at_start = active
             due = self._storage.transaction(lambda: self._begin(started, observed))
+            revision = self._gate.revision
         await self._fp.reached(BEGIN_AFTER)
 
         waves = [
@@ -301,7 +308,12 @@ class Maintenance:
         await self._fp.reached(FINISH_BEFORE)
         now = self._clock.now_ms()
         with self._gate.snapshot():
-            decision = self._alarm.decide(now)
+            if observed.actionable or waves or self._gate.revision != revision:
+                decision = self._alarm.decide(now)
+            else:
+                # Caught up, no wave ran and no producer committed: the lanes are as the
+                # begin read them, so its earliest due decides without a second read.
+                decision = self._alarm.decide_known(now, observed.earliest)
         await self._fp.reached(FINISH_AFTER)
         return decision
 
@@ -311,7 +323,11 @@ class Maintenance:
         if current.binding_registry_key != key:
             self._bindings.reconcile(key, stored=current.binding_registry_key)
             current = generation.read_state(self._storage)
-        due = self._queue.due(now)
+        # One indexed row answers both lane questions while nothing is due: the earliest lane
+        # is the next due (for the final decision) and, being later than now, says no lane is.
+        observed.earliest = self._queue.next()
+        due = (self._queue.due(now)
+               if observed.earliest is not None and observed.earliest <= now else [])
         native = next((lane for lane in due if lane.id == NATIVE), None)
         observed.generation = current.dirty
         observed.nonterminal = current.nonterminal
@@ -335,9 +351,27 @@ class Maintenance:
 
     # -- native work -------------------------------------------------------------------------
 
-    def _views(self, now: int, active: set[str] | frozenset[str]) -> list[ThreadView]:
-        items = self._runtime.ledger.scan_nonterminal()
+    def _open_work(self, now: int) -> tuple[list[WorkItem], dict[str, int]]:
+        """The open submissions of every Thread that may owe work now, and the fault deadlines.
+
+        Visited: Threads with a live head (queued, ready, running or terminalizing, through
+        the partial index ``tl_submissions_live``), Threads with a timer due at ``now``
+        (through the due index on open waits), and Threads under a recovery fault. A Thread
+        suspended on a timer that is not due, or waiting for the outside world with nothing
+        live behind it, is never read: the pass's reads follow due and live work, not the
+        number of pending timers. The earliest pending timer is one indexed read at the
+        checkpoint (:func:`waits.next_timer`).
+        """
+        ledger = self._runtime.ledger
         deadlines = self._faults.deadlines()
+        threads = set(ledger.live_threads())
+        threads.update(waits.due_timer_threads(self._storage, now))
+        threads.update(deadlines)
+        items = [item for thread_id in sorted(threads) for item in ledger.thread_open(thread_id)]
+        return items, deadlines
+
+    def _views(self, now: int, active: set[str] | frozenset[str]) -> list[ThreadView]:
+        items, deadlines = self._open_work(now)
         parked = self._bindings.parked_submissions() if items else frozenset()
         return classify(
             self._storage, items, now, active=active | self._runtime.active_threads,
@@ -529,6 +563,11 @@ class Maintenance:
         owed_now = any(view.need in (Need.RUNNABLE, Need.RECOVER) for view in views)
         timed = [view.due_at for view in views
                  if view.need in (Need.TIMED, Need.FAULTED) and view.due_at is not None]
+        # Suspensions whose timers are not due were not visited: their earliest timer bounds
+        # when one can wake.
+        sleeper = waits.next_timer(self._storage, now)
+        if sleeper is not None:
+            timed.append(sleeper)
         overlap = (observed.active_at_start > 0 or active > 0
                    or current.dirty != observed.generation)
         gen = observed.generation

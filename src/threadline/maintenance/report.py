@@ -50,8 +50,10 @@ class PassReport:
 
     ``recovered`` counts recovery decisions and blocked recoveries; ``settled`` the head
     Attempts that settled; ``dispatched`` the Attempts started; ``nonterminal`` the open
-    submissions left. ``alarm``/``alarm_at`` is the final decision. The row figures are the
-    storage meter's deltas over the pass (approximate on ``SqliteStorage``, see its meter).
+    submissions left in the Threads the pass visited (those with live, due or faulted work;
+    Threads asleep on a timer that is not due are not read, so not counted).
+    ``alarm``/``alarm_at`` is the final decision. The row figures are the storage meter's
+    deltas over the pass (approximate on ``SqliteStorage``, see its meter).
     ``failure_type``/``failure_message`` are set only for a failed pass.
     """
 

@@ -1,7 +1,8 @@
 """What each Thread with open work needs from the maintenance pass, from control state only.
 
-The pass classifies every Thread from the control-only ledger scan (no input, journal or
-history is decoded) plus, for a suspended head, its open waits:
+The pass classifies each Thread it visits (those with live, due or faulted work) from the
+control columns of its open submissions (no input, journal or history is decoded) plus, for a
+suspended head, its open waits:
 
 * ``RUNNABLE``: its head can run now (claimable and due, or an accepted abort to settle);
 * ``RECOVER``: recovery has something to decide before anything can run (a lost claim, due

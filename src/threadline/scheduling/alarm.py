@@ -95,16 +95,24 @@ class AlarmService:
         Unlike :meth:`ensure_by` this may move the slot later: it runs where the queue has just
         been checkpointed, so a later slot is the truth rather than a lost wake.
         """
+        return self._storage.transaction(lambda: self._apply(self._bound(now)))
 
-        def decide_now() -> AlarmDecision:
-            bound = self._bound(now)
-            if bound is None:
-                self._storage.delete_alarm()
-                return AlarmDecision.CLEARED
-            self._storage.set_alarm(bound)
-            return AlarmDecision.REARMED
+    def decide_known(self, now: int, earliest: int | None) -> AlarmDecision:
+        """:meth:`decide` from an ``earliest`` due the caller read itself.
 
-        return self._storage.transaction(decide_now)
+        Only for a pass that changed no lane since it read ``earliest`` and saw no producer
+        commit meanwhile (the gate's revision is unchanged): the queue is then what it read,
+        and the decision saves the read.
+        """
+        at = max(earliest, now + self.min_delay_ms) if earliest is not None else None
+        return self._storage.transaction(lambda: self._apply(at))
+
+    def _apply(self, bound: int | None) -> AlarmDecision:
+        if bound is None:
+            self._storage.delete_alarm()
+            return AlarmDecision.CLEARED
+        self._storage.set_alarm(bound)
+        return AlarmDecision.REARMED
 
     def schedule_now(self) -> None:
         """Ask for a prompt pass if anything is due; a droppable hint.

@@ -178,7 +178,8 @@ def acknowledge(storage: Storage, generation: int) -> bool:
 
 
 def set_nonterminal(storage: Storage, count: int) -> None:
-    """Record how many submissions the last pass left nonterminal (no write when unchanged)."""
+    """Record how many submissions the last pass left nonterminal in the Threads it visited
+    (no write when unchanged)."""
     storage.exec(_SET_NONTERMINAL, int(count), int(count))
 
 

@@ -229,8 +229,71 @@ _PASS_REPORTS = (
     )""",
 )
 
+# Threads an actionable pass must visit whatever their timers: a head that can be claimed, is
+# running or is settling. Suspended, Unknown and joined submissions stay out, so the pass's
+# reads do not grow with the Threads sleeping on a timer or waiting for the outside world.
+_LIVE_WORK = (
+    """CREATE INDEX tl_submissions_live ON tl_submissions (thread_id, seq)
+        WHERE state IN ('queued', 'ready', 'running', 'terminalizing')""",
+)
+
+# Fewer billed rows per write: nothing reads tl_outbox_pending, and AUTOINCREMENT costs a
+# sqlite_sequence write per insert. Neither table ever deletes its newest row (the outbox
+# deletes nothing; pass reports trim the oldest), so the plain rowid stays increasing. SQLite
+# cannot drop AUTOINCREMENT in place: each table is renamed, recreated and copied, keeping
+# every seq. Nothing references either table, so the rename moves no foreign key.
+_LEAN_ROWS = (
+    "DROP INDEX tl_outbox_pending",
+    "ALTER TABLE tl_outbox RENAME TO tl_outbox_old",
+    """CREATE TABLE tl_outbox (
+        seq INTEGER PRIMARY KEY,
+        record_id TEXT NOT NULL UNIQUE,
+        thread_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        body_json TEXT NOT NULL,
+        state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'delivered')),
+        attempts INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+        created_at INTEGER NOT NULL,
+        delivered_at INTEGER,
+        CHECK ((state = 'delivered') = (delivered_at IS NOT NULL))
+    )""",
+    """INSERT INTO tl_outbox (seq, record_id, thread_id, kind, body_json, state, attempts,
+        created_at, delivered_at)
+    SELECT seq, record_id, thread_id, kind, body_json, state, attempts, created_at, delivered_at
+    FROM tl_outbox_old""",
+    "DROP TABLE tl_outbox_old",
+    "ALTER TABLE tl_pass_reports RENAME TO tl_pass_reports_old",
+    """CREATE TABLE tl_pass_reports (
+        seq INTEGER PRIMARY KEY,
+        started_at INTEGER NOT NULL,
+        phase TEXT NOT NULL CHECK (phase IN ('caught-up', 'actionable', 'failed')),
+        recovered INTEGER NOT NULL CHECK (recovered >= 0),
+        settled INTEGER NOT NULL CHECK (settled >= 0),
+        dispatched INTEGER NOT NULL CHECK (dispatched >= 0),
+        nonterminal INTEGER NOT NULL CHECK (nonterminal >= 0),
+        alarm TEXT CHECK (alarm IS NULL OR alarm IN ('rearmed', 'cleared')),
+        alarm_at INTEGER,
+        rows_read INTEGER NOT NULL CHECK (rows_read >= 0),
+        rows_written INTEGER NOT NULL CHECK (rows_written >= 0),
+        statements INTEGER NOT NULL CHECK (statements >= 0),
+        duration_ms INTEGER NOT NULL CHECK (duration_ms >= 0),
+        failure_type TEXT,
+        failure_message TEXT,
+        CHECK ((phase = 'failed') = (failure_type IS NOT NULL))
+    )""",
+    """INSERT INTO tl_pass_reports (seq, started_at, phase, recovered, settled, dispatched,
+        nonterminal, alarm, alarm_at, rows_read, rows_written, statements, duration_ms,
+        failure_type, failure_message)
+    SELECT seq, started_at, phase, recovered, settled, dispatched, nonterminal, alarm, alarm_at,
+        rows_read, rows_written, statements, duration_ms, failure_type, failure_message
+    FROM tl_pass_reports_old""",
+    "DROP TABLE tl_pass_reports_old",
+)
+
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
-MIGRATIONS: list[tuple[str, ...]] = [_SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS]
+MIGRATIONS: list[tuple[str, ...]] = [
+    _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS,
+]
 
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -1,7 +1,8 @@
 """Threads and submissions: the ledger, the agent runtime and its recovery (DESIGN §5).
 
 The maintenance pass drives this package through :class:`ThreadRuntime`:
-``runtime.ledger.scan_nonterminal()`` (open work, read through a partial index),
+``runtime.ledger.live_threads()`` and ``runtime.ledger.thread_open(thread)`` (live and open
+work, read through partial indexes),
 ``runtime.run_recovery(thread)`` and ``runtime.process_thread_head(thread, yield_after=...)``.
 Every write goes through the scheduling package's mutation gate.
 """

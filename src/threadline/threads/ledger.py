@@ -45,6 +45,12 @@ _THREAD_OPEN = (
     "SELECT id, thread_id, seq, agent, state, revision, attempts, not_before, lease_expires_at,"
     " lease_owner FROM tl_submissions WHERE state <> 'settled' AND thread_id = ? ORDER BY seq"
 )
+# Names exactly the predicate of the partial index tl_submissions_live: Threads with a head
+# that may be claimed, is running or is settling, however many others sleep on a timer.
+_LIVE_THREADS = (
+    "SELECT DISTINCT thread_id FROM tl_submissions"
+    " WHERE state IN ('queued', 'ready', 'running', 'terminalizing') ORDER BY thread_id"
+)
 _BY_ID = "SELECT * FROM tl_submissions WHERE id = ?"
 _BY_KEY = "SELECT * FROM tl_submissions WHERE thread_id = ? AND idempotency_key = ?"
 _NEXT_SEQ = (
@@ -142,6 +148,14 @@ class Ledger:
     def thread_open(self, thread_id: str) -> list[WorkItem]:
         """The open submissions of one Thread in FIFO order."""
         return [work_item(row) for row in self.storage.exec(_THREAD_OPEN, thread_id)]
+
+    def live_threads(self) -> list[str]:
+        """Threads with a submission that is queued, ready, running or terminalizing.
+
+        Read through the partial index ``tl_submissions_live``: suspended, Unknown and joined
+        submissions are not visited, so the cost follows live work, not sleeping Threads.
+        """
+        return [str(row["thread_id"]) for row in self.storage.exec(_LIVE_THREADS)]
 
     def read_abort_intent(self, submission_id: str) -> AbortIntent | None:
         """The submission's abort intent, if one was ever requested."""

@@ -22,6 +22,17 @@ _OPEN_OF = (
 )
 # Control columns only: classifying a suspension never decodes a payload or a decision.
 _OPEN_KINDS_OF = "SELECT kind, wake_at FROM tl_waits WHERE submission_id = ? AND state = 'open'"
+# Both read through tl_waits_open (wake_at WHERE state = 'open'): only due timers, or the
+# single earliest one, are visited, however many timers are pending.
+_DUE_TIMER_THREADS = (
+    "SELECT DISTINCT s.thread_id AS thread_id FROM tl_waits w"
+    " JOIN tl_submissions s ON s.id = w.submission_id"
+    " WHERE w.state = 'open' AND w.wake_at <= ? AND w.kind = 'timer' ORDER BY s.thread_id"
+)
+_NEXT_TIMER = (
+    "SELECT MIN(wake_at) AS wake_at FROM tl_waits"
+    " WHERE state = 'open' AND wake_at > ? AND kind = 'timer'"
+)
 _INSERT = (
     "INSERT INTO tl_waits (id, submission_id, kind, wait_key, state, payload_json, wake_at,"
     " created_at) VALUES (?, ?, ?, ?, 'open', ?, ?, ?)"
@@ -84,6 +95,23 @@ def open_wait_deadlines(storage: Storage, submission_id: str) -> list[tuple[str,
     ]
 
 
+def due_timer_threads(storage: Storage, now: int) -> list[str]:
+    """Threads of submissions with an open timer due at ``now``, read through the due index."""
+    return [str(row["thread_id"]) for row in storage.exec(_DUE_TIMER_THREADS, now)]
+
+
+def next_timer(storage: Storage, now: int) -> int | None:
+    """The earliest open timer after ``now`` (one index entry read), or None.
+
+    A lower bound of the next suspension to wake: a suspension wakes when its last timer is
+    due, and not at all while it also waits on something else. Waking early costs one pass
+    that finds the suspension not yet due; the timer is then at or before ``now`` and no
+    longer counted here, so it cannot re-arm the alarm in a loop.
+    """
+    value = storage.exec(_NEXT_TIMER, now).scalar()
+    return None if value is None else int(value)
+
+
 def open_wait(
     storage: Storage,
     wait_id: str,
@@ -115,7 +143,9 @@ def cancel_open(storage: Storage, submission_id: str, *, now: int) -> int:
 __all__ = [
     "Wait",
     "cancel_open",
+    "due_timer_threads",
     "find",
+    "next_timer",
     "open_wait",
     "open_wait_deadlines",
     "open_waits",

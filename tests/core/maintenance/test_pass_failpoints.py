@@ -106,7 +106,7 @@ def test_pass_reaches_each_failpoint_at_its_place(
         def fail() -> Any:
             raise StorageError("boom")
 
-        ledger.scan_nonterminal = fail  # type: ignore[method-assign]
+        ledger.live_threads = fail  # type: ignore[method-assign]
         clock.advance(10_000)
         failed = await obj.fire()
         assert failed.phase is PassPhase.FAILED
@@ -128,7 +128,7 @@ def test_pass_failpoint_loses_the_object_there_and_the_work_still_settles(
         subs = [obj.admit(t, {}) for t in ("a", "c")]
         if location.startswith("maintenance:retry"):
             ledger = obj.space.runtime.ledger
-            original = ledger.scan_nonterminal
+            original = ledger.live_threads
             calls = [0]
 
             def fail_once() -> Any:
@@ -137,7 +137,7 @@ def test_pass_failpoint_loses_the_object_there_and_the_work_still_settles(
                     raise StorageError("boom")
                 return original()
 
-            ledger.scan_nonterminal = fail_once  # type: ignore[method-assign]
+            ledger.live_threads = fail_once  # type: ignore[method-assign]
         if location.startswith("maintenance:recovery-status"):
             original_run = obj.space.runtime.recovery.run
             times = [0]

@@ -20,7 +20,7 @@ from threadline.threads.model import SubmissionState
 def _break_scan(obj: Obj, exc: Exception, *, times: int = 1) -> list[int]:
     calls = [0]
     ledger = obj.space.runtime.ledger
-    original = ledger.scan_nonterminal
+    original = ledger.live_threads
 
     def failing() -> object:
         calls[0] += 1
@@ -28,7 +28,7 @@ def _break_scan(obj: Obj, exc: Exception, *, times: int = 1) -> list[int]:
             raise exc
         return original()
 
-    ledger.scan_nonterminal = failing  # type: ignore[assignment,method-assign]
+    ledger.live_threads = failing  # type: ignore[assignment,method-assign]
     return calls
 
 
@@ -113,15 +113,15 @@ def test_pass_failure_never_postpones_a_racing_producer(
         await obj.run()
         obj.admit("t1", {"n": 1})
         ledger = obj.space.runtime.ledger
-        original = ledger.scan_nonterminal
+        original = ledger.live_threads
 
         def racing_then_failing() -> object:
-            ledger.scan_nonterminal = original  # type: ignore[method-assign]
+            ledger.live_threads = original  # type: ignore[method-assign]
             # A producer (its own task, so its own context) commits while the pass observes.
             contextvars.Context().run(obj.admit, "t2", {"n": 2})
             raise StorageError("boom")
 
-        ledger.scan_nonterminal = racing_then_failing  # type: ignore[method-assign]
+        ledger.live_threads = racing_then_failing  # type: ignore[method-assign]
         report = await obj.fire()
         assert report.phase is PassPhase.FAILED
         native = obj.space.scheduler.due_queue.get(NATIVE)

@@ -39,7 +39,7 @@ def test_pass_reports_are_kept_durably_when_actionable_or_failed(
         def fail() -> object:
             raise StorageError("disk full")
 
-        ledger.scan_nonterminal = fail  # type: ignore[method-assign]
+        ledger.live_threads = fail  # type: ignore[method-assign]
         clock.advance(1_000)
         failed = await obj.fire()
         stored = reports.stored()
