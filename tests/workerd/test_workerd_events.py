@@ -1,7 +1,8 @@
 """The event stream through the real Worker and object, over HTTP, streamed end to end.
 
 Runs are settled through the probe's test-only ``/_drive/`` route (the app's own object runs
-the Thread's head Attempts on request), since the alarm does not run agents on this branch.
+the Thread's head Attempts on request), which pins the stream apart from the alarm's timing;
+test_workerd_flows.py follows runs the alarm alone settles.
 Every wait is bounded by an HTTP read timeout or a polled deadline.
 """
 
