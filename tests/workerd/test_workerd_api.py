@@ -1,7 +1,7 @@
 """The thread API through the real Worker and object (src/entry.py as shipped) over HTTP.
 
 These tests cover admission, reads, every edge refusal and a run the object's alarm settles;
-the other flows (approval, abort, resolve) are covered under CPython (tests/api).
+the approval, abort, resolve, event-stream and restart flows are in test_workerd_flows.py.
 """
 
 from __future__ import annotations

@@ -149,6 +149,21 @@ async def probe_slow(turn: Turn) -> Any:
     return await turn.step("work", work)
 
 
+@threads_app.agent("probe-uncertain")
+async def probe_uncertain(turn: Turn) -> Any:
+    """An uncertain step (an external call whose effect cannot be checked) that hangs in its
+    first Attempt until the runtime is killed under it: recovery finds it lost in flight."""
+
+    async def charge() -> Any:
+        record_effect(turn, f"charge:{turn.attempt}")
+        if turn.attempt == 1:
+            await asyncio.sleep(120)
+        return {"charged": turn.input}
+
+    charged = await turn.step("charge", charge, effect="uncertain")
+    return {"charged": charged, "attempt": turn.attempt}
+
+
 THREADS_PREFIX = "/_threads/"
 THREADS_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS probe_effects ("
@@ -163,6 +178,11 @@ THREADS_SCHEMA = (
 PREFIX = "/_probe/"
 #: ``/_drive/{space}/{thread}``: run the Thread's work now, in the app's own object.
 DRIVE = "/_drive/"
+#: ``/_settlements/{space}``: every committed transition into settled in the app's object.
+SETTLEMENTS = "/_settlements/"
+#: The API of spaces named ``probe-*`` is served, through the app's own Worker code (token,
+#: ids, sizes), by ``ProbeThreadObject``: its agents can lose an uncertain step in flight.
+PROBE_API = "/v1/spaces/probe-"
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS probe_items (k TEXT PRIMARY KEY, v TEXT)",
     "CREATE TABLE IF NOT EXISTS probe_plain (id INTEGER PRIMARY KEY, v TEXT)",
@@ -186,14 +206,22 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+class ProbeApiWorker(AppDefault):
+    """The app's Worker, forwarding to ``ProbeThreadObject`` instead of the app's object."""
+
+    binding = "PROBE_THREADS"
+
+
 class Default(AppDefault):
     """The app's entrypoint, plus a route to the probe objects."""
 
     async def fetch(self, request: Any) -> Response:
         url = str(request.url)
         path = urlsplit(url).path
-        if path.startswith(DRIVE):
-            space = path[len(DRIVE) :].split("/", 1)[0]
+        if path.startswith(PROBE_API):
+            return await ProbeApiWorker(self.ctx, self.env).fetch(request)
+        if path.startswith((DRIVE, SETTLEMENTS)):
+            space = path.split("/")[2]
             driven = await self.env.THREADS.getByName(space).fetch(url)
             return Response(await driven.bytes(), status=driven.status,
                             headers={"content-type": "application/json"})
@@ -230,9 +258,11 @@ class ProbeThreadObject(ThreadObjectBase):
         for statement in THREADS_SCHEMA:
             self.storage.exec(statement)
         ledger = self.space.runtime.ledger
-        if op == "admit":
+        if op == "install":  # the test-only tables and trigger above, before any run
+            body: dict[str, Any] = {}
+        elif op == "admit":
             admitted = ledger.admit(args["thread"], args["agent"], json.loads(args["input"]))
-            body: dict[str, Any] = {"id": admitted.submission.id}
+            body = {"id": admitted.submission.id}
         elif op == "status":
             sub = ledger.get(args["id"])
             body = {
@@ -276,6 +306,8 @@ class ThreadObject(AppThreadObject):
 
     async def fetch(self, request: Any) -> Response:
         path = urlsplit(str(request.url)).path
+        if path.startswith(SETTLEMENTS):
+            return Response.json(self.settlements())
         if not path.startswith(DRIVE):
             return await super().fetch(request)
         thread = path[len(DRIVE) :].split("/")[1]
@@ -289,6 +321,16 @@ class ThreadObject(AppThreadObject):
             if runtime.ledger.thread_open(thread) == before:
                 break
         return Response.json({"settled": settled, "subscribers": len(self.space.api.subscribers)})
+
+    def settlements(self) -> dict[str, list[str]]:
+        """Install the settlement log (idempotent), then return it: for each submission, the
+        state of every committed transition into settled, so a repeated one shows."""
+        for statement in THREADS_SCHEMA:
+            self.storage.exec(statement)
+        log: dict[str, list[str]] = {}
+        for row in self.storage.exec("SELECT submission_id, from_state FROM probe_settlements"):
+            log.setdefault(row["submission_id"], []).append(row["from_state"])
+        return log
 
 
 class StorageProbe(DurableObject):
