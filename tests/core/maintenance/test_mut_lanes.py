@@ -10,7 +10,7 @@ import pytest
 from faults_support import CONFIG, Rig, build
 
 from threadline.clock import ManualClock
-from threadline.maintenance.lanes import LaneRunner, WaveOutcome
+from threadline.maintenance.lanes import LaneHandler, LaneRunner, WaveOutcome, WaveResult
 from threadline.storage import SqliteStorage
 
 LANE = "probe.lane"
@@ -62,3 +62,64 @@ def test_a_wave_over_a_stale_snapshot_runs_nothing_and_names_its_lane(rig: Rig) 
     stale = asyncio.run(runner.run_wave(snapshot))
     assert (stale.lane_id, stale.outcome, stale.claimed) == (LANE, WaveOutcome.STALE, None)
     assert len(calls) == 1
+
+
+def _wave(rig: Rig, runner: LaneRunner, *, until: int | None = None) -> WaveResult:
+    rig.sched.gate.schedule(LANE, rig.clock.now_ms())
+    lane = rig.sched.due_queue.get(LANE)
+    assert lane is not None
+    return asyncio.run(runner.run_wave(lane, until=until))
+
+
+def _charged(result: WaveResult, outcome: WaveOutcome) -> None:
+    assert (result.lane_id, result.outcome) == (LANE, outcome)
+    assert result.claimed is not None and result.claimed.stalls == 1
+
+
+def test_each_wave_outcome_names_its_lane_and_its_charged_claim(rig: Rig) -> None:
+    unhandled = _runner(rig)
+    _charged(_wave(rig, unhandled), WaveOutcome.UNHANDLED)
+
+    handlers: tuple[tuple[WaveOutcome, LaneHandler], ...] = (
+        (WaveOutcome.COMPLETED, _returns_none),
+        (WaveOutcome.FAILED, _raises),
+        (WaveOutcome.TIMED_OUT, _hangs(rig.clock)),
+    )
+    for outcome, handler in handlers:
+        rig = build(rig.storage, rig.clock)
+        rig.storage.exec("DELETE FROM tl_lanes WHERE id = ?", LANE)
+        runner = _runner(rig)
+        runner.register(LANE, handler, dispatch_timeout_ms=1_000)
+        _charged(_wave(rig, runner), outcome)
+
+
+async def _returns_none(now: int, deadline: int) -> int | None:
+    return None
+
+
+async def _raises(now: int, deadline: int) -> int | None:
+    raise RuntimeError("refused")
+
+
+def _hangs(clock: ManualClock) -> LaneHandler:
+    async def handler(now: int, deadline: int) -> int | None:
+        clock.advance(deadline - now)  # the dispatch timeout passes while it waits
+        await asyncio.Event().wait()
+        return None
+
+    return handler
+
+
+def test_until_caps_the_deadline_a_handler_is_given(rig: Rig) -> None:
+    runner = _runner(rig)
+    seen: list[int] = []
+
+    async def handler(now: int, deadline: int) -> int | None:
+        seen.append(deadline - now)
+        return None
+
+    runner.register(LANE, handler, dispatch_timeout_ms=5_000)
+    _wave(rig, runner, until=rig.clock.now_ms() + 2_000)
+    _wave(rig, runner, until=rig.clock.now_ms() + 9_000)
+    _wave(rig, runner)
+    assert seen == [2_000, 5_000, 5_000]
