@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 from pass_support import CONFIG, Obj, echo_app, run
 
+from threadline.app import Application
 from threadline.clock import ManualClock
 from threadline.config import RuntimeConfig
 from threadline.errors import StorageError
 from threadline.maintenance import PassPhase
-from threadline.maintenance.maintenance import FINISH_BEFORE
+from threadline.maintenance.maintenance import BEGIN_AFTER, CHECKPOINT_BEFORE, FINISH_BEFORE
 from threadline.scheduling import NATIVE, NativeRetry, read_state
 from threadline.scheduling import state as gen
 from threadline.storage import SqliteStorage
+from threadline.threads.model import SubmissionState
+from threadline.threads.recovery import RecoveryBlocked, RecoverySweepResult
 
 
 def test_a_failed_pass_never_shortens_the_backoff_already_pending(
@@ -149,5 +155,244 @@ def test_a_lane_gets_one_wave_per_pass_even_if_still_due(
         report = await obj.fire()
         assert report.phase is PassPhase.ACTIONABLE
         assert len(calls) == 1
+
+    run(body())
+
+
+ONE_AT_A_TIME = RuntimeConfig(alarm_backoff_base_ms=1_000, alarm_backoff_cap_ms=300_000,
+                              native_concurrency=1)
+
+
+def _ordered_app(order: list[str]) -> Application:
+    app = Application(ONE_AT_A_TIME)
+
+    @app.agent("echo")
+    async def echo(turn: Any) -> Any:
+        order.append(turn.input)
+        return turn.input
+
+    return app
+
+
+def test_one_pass_serves_threads_round_robin_one_head_at_a_time(
+    raw_storage: SqliteStorage, clock: ManualClock
+) -> None:
+    async def body() -> None:
+        order: list[str] = []
+        obj = Obj(raw_storage, clock, lambda: _ordered_app(order))
+        await obj.start()
+        await obj.run()
+        for thread in ("a", "b"):
+            for n in (1, 2):
+                obj.admit(thread, f"{thread}{n}")
+        report = await obj.fire()
+        assert order == ["a1", "b1", "a2", "b2"]
+        assert (report.dispatched, report.settled, report.nonterminal) == (4, 4, 0)
+
+    run(body())
+
+
+def test_round_robin_wraps_to_the_first_thread_after_the_last_served(
+    raw_storage: SqliteStorage, clock: ManualClock
+) -> None:
+    async def body() -> None:
+        order: list[str] = []
+        obj = Obj(raw_storage, clock, lambda: _ordered_app(order))
+        await obj.start()
+        await obj.run()
+        for thread in ("a", "b", "c"):
+            obj.admit(thread, thread)
+        raw_storage.transaction(
+            lambda: gen.set_cursor(raw_storage, "last_served_thread", "z"))
+        await obj.fire()
+        assert order == ["a", "b", "c"]
+
+    run(body())
+
+
+def test_pass_reports_count_the_open_submissions_left(
+    raw_storage: SqliteStorage, clock: ManualClock
+) -> None:
+    async def body() -> None:
+        obj = Obj(raw_storage, clock, echo_app)
+        await obj.start()
+        await obj.run()
+        obj.admit("parked", "x", agent="not-registered")
+        obj.admit("t1", "a")
+        obj.admit("t1", "b")
+        actionable = await obj.fire()
+        assert actionable.phase is PassPhase.ACTIONABLE
+        assert actionable.nonterminal == 1  # counted after the pass: only the parked head
+        await obj.run()
+        obj.space.scheduler.gate.schedule("probe.lane", clock.now_ms())
+        caught_up = await obj.fire()  # fired for a lane: no ledger scan, the stored count
+        assert caught_up.phase is PassPhase.CAUGHT_UP
+        assert caught_up.nonterminal == 1
+
+    run(body())
+
+
+def test_pass_arms_a_crash_fallback_after_the_generation_backoff(
+    raw_storage: SqliteStorage, clock: ManualClock
+) -> None:
+    """Lost mid-pass, the native lane is due again after the backoff of the stalls so far:
+    never at once (a pass that kills the object would loop) and never earlier than due."""
+
+    async def body() -> None:
+        obj = Obj(raw_storage, clock, echo_app)
+        await obj.start()
+        await obj.run()
+        fallback: list[int] = []
+
+        def look(location: str) -> None:
+            lane = obj.space.scheduler.due_queue.get(NATIVE)
+            assert lane is not None and lane.due_at is not None
+            fallback.append(lane.due_at - clock.now_ms())
+
+        obj.failpoints.install(BEGIN_AFTER, look)
+        base = CONFIG.alarm_backoff_base_ms
+        obj.admit("t1", "first")
+        await obj.fire()
+        assert base // 2 <= fallback[-1] <= base  # no stalls yet: b = base
+
+        obj.admit("t1", "second")
+        dirty = read_state(raw_storage).dirty
+        raw_storage.transaction(
+            lambda: gen.set_retry(raw_storage, NativeRetry(dirty, clock.now_ms(), True, 4)))
+        await obj.fire()
+        assert base * 8 <= fallback[-1] <= base * 16  # four stalls: b = base * 2**4
+
+    run(body())
+
+
+def test_input_admitted_under_a_fault_becomes_a_recipient_at_the_next_pass(
+    raw_storage: SqliteStorage, clock: ManualClock
+) -> None:
+    async def body() -> None:
+        obj = Obj(raw_storage, clock, echo_app)
+        await obj.start()
+        await obj.run()
+        fault = obj.space.faults.record("t1", failure="decode", error_type="KeyError",
+                                        recipients=["earlier"])
+        later = obj.admit("t1", "after the fault")
+        await obj.fire()
+        now = obj.space.faults.get("t1")
+        assert now is not None and now.recipients == ("earlier", later.id)
+        assert now.retry_at == fault.retry_at
+        assert obj.get(later.id).state is SubmissionState.QUEUED
+
+    run(body())
+
+
+def test_a_parked_head_is_not_attempted_again_by_later_passes(
+    raw_storage: SqliteStorage, clock: ManualClock
+) -> None:
+    async def body() -> None:
+        obj = Obj(raw_storage, clock, echo_app)
+        await obj.start()
+        await obj.run()
+        obj.admit("parked", "x", agent="not-registered")
+        await obj.run()
+        attempted: list[str] = []
+        runtime = obj.space.runtime
+        original = runtime.process_thread_head
+
+        async def spy(thread_id: str, **kwargs: Any) -> Any:
+            attempted.append(thread_id)
+            return await original(thread_id, **kwargs)
+
+        runtime.process_thread_head = spy  # type: ignore[method-assign]
+        obj.admit("t1", "a")
+        await obj.run()
+        assert attempted == ["t1"]
+
+    run(body())
+
+
+def test_a_thread_whose_recovery_is_blocked_is_not_dispatched(
+    raw_storage: SqliteStorage, clock: ManualClock
+) -> None:
+    async def body() -> None:
+        obj = Obj(raw_storage, clock, echo_app)
+        await obj.start()
+        await obj.run()
+        sub = obj.admit("t1", "a")
+        recovery = obj.space.runtime.recovery
+        original = recovery.run
+
+        def blocked(thread_id: str) -> RecoverySweepResult:
+            if thread_id == "t1":
+                return RecoverySweepResult((), (RecoveryBlocked("t1", "decode", "KeyError"),))
+            return original(thread_id)
+
+        recovery.run = blocked  # type: ignore[method-assign]
+        report = await obj.fire()
+        assert report.dispatched == 1 and report.settled == 0
+        assert obj.get(sub.id).state is SubmissionState.QUEUED
+        fault = obj.space.faults.get("t1")
+        assert fault is not None and fault.recipients == (sub.id,)
+
+    run(body())
+
+
+def test_input_arriving_during_a_long_attempt_waits_for_a_free_slot(
+    raw_storage: SqliteStorage, clock: ManualClock
+) -> None:
+    """A producer wakes the pass mid-Attempt; with every slot taken the new Thread waits for
+    the running Attempt, then runs in the same pass."""
+
+    async def body() -> None:
+        order: list[str] = []
+        started = asyncio.Event()
+        release = asyncio.Event()
+
+        def make() -> Application:
+            app = Application(ONE_AT_A_TIME)
+
+            @app.agent("echo")
+            async def echo(turn: Any) -> Any:
+                order.append(turn.input)
+                if turn.input == "slow":
+                    started.set()
+                    await release.wait()
+                return turn.input
+
+            return app
+
+        obj = Obj(raw_storage, clock, make)
+        await obj.start()
+        await obj.run()
+        obj.admit("a", "slow")
+        firing = asyncio.ensure_future(obj.fire())
+        await started.wait()
+        obj.admit("b", "quick")
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert order == ["slow"]
+        release.set()
+        report = await firing
+        assert report.phase is PassPhase.ACTIONABLE
+        assert order == ["slow", "quick"] and report.settled == 2
+
+    run(body())
+
+
+def test_a_pass_failing_at_its_checkpoint_reports_the_open_work_it_saw(
+    raw_storage: SqliteStorage, clock: ManualClock
+) -> None:
+    async def body() -> None:
+        obj = Obj(raw_storage, clock, echo_app)
+        await obj.start()
+        await obj.run()
+        obj.admit("parked", "x", agent="not-registered")
+        obj.admit("t1", "a")
+
+        def refuse(location: str) -> None:
+            raise StorageError("disk I/O error")
+
+        obj.failpoints.install(CHECKPOINT_BEFORE, refuse)
+        report = await obj.fire()
+        assert report.phase is PassPhase.FAILED
+        assert (report.settled, report.nonterminal) == (1, 1)
 
     run(body())
