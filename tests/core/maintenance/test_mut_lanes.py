@@ -10,7 +10,15 @@ import pytest
 from faults_support import CONFIG, Rig, build
 
 from threadline.clock import ManualClock
-from threadline.maintenance.lanes import LaneHandler, LaneRunner, WaveOutcome, WaveResult
+from threadline.errors import SchedulingError
+from threadline.maintenance.lanes import (
+    MAX_DISPATCH_TIMEOUT_MS,
+    LaneHandler,
+    LaneRunner,
+    WaveOutcome,
+    WaveResult,
+)
+from threadline.scheduling import NATIVE, Lane, LaneState
 from threadline.storage import SqliteStorage
 
 LANE = "probe.lane"
@@ -123,3 +131,41 @@ def test_until_caps_the_deadline_a_handler_is_given(rig: Rig) -> None:
     _wave(rig, runner, until=rig.clock.now_ms() + 9_000)
     _wave(rig, runner)
     assert seen == [2_000, 5_000, 5_000]
+
+
+class _Holding:
+    """A gate with a mutation in flight that enrolled ``held``."""
+
+    def active_lanes(self) -> frozenset[str]:
+        return frozenset({"held"})
+
+
+def _lane(lane_id: str, due_at: int | None) -> Lane:
+    state = LaneState.IDLE if due_at is None else LaneState.DUE
+    return Lane(lane_id, due_at, 0, 1, 0, state, False, 0)
+
+
+def test_due_lanes_are_the_non_native_ones_due_now_and_not_held(rig: Rig) -> None:
+    runner = LaneRunner(rig.storage, _Holding(), rig.sched.due_queue,  # type: ignore[arg-type]
+                        rig.clock, CONFIG, random.Random(5))
+    now = 5_000
+    lanes = [_lane(NATIVE, now - 1), _lane("idle", None), _lane("later", now + 1),
+             _lane("held", now - 1), _lane("at-now", now), _lane("overdue", now - 9)]
+    assert [lane.id for lane in runner.due(lanes, now)] == ["at-now", "overdue"]
+
+
+def test_an_unhandled_due_lane_is_logged_through_the_given_log(rig: Rig) -> None:
+    _charged(_wave(rig, _runner(rig)), WaveOutcome.UNHANDLED)
+    assert len(rig.logs) == 1 and LANE in rig.logs[0] and "no registered handler" in rig.logs[0]
+
+
+def test_register_accepts_dispatch_timeouts_up_to_the_maximum(rig: Rig) -> None:
+    runner = _runner(rig)
+    runner.register("a.lane", _returns_none, dispatch_timeout_ms=MAX_DISPATCH_TIMEOUT_MS)
+    runner.register("b.lane", _returns_none, dispatch_timeout_ms=1)
+    for bad in (0, MAX_DISPATCH_TIMEOUT_MS + 1):
+        with pytest.raises(SchedulingError):
+            runner.register("c.lane", _returns_none, dispatch_timeout_ms=bad)
+    with pytest.raises(SchedulingError):
+        runner.register(NATIVE, _returns_none, dispatch_timeout_ms=1)
+    assert runner.registered == {"a.lane", "b.lane"}

@@ -12,6 +12,7 @@ from faults_support import Rig, build
 
 from threadline.clock import ManualClock
 from threadline.maintenance.report import (
+    KEPT_REPORTS,
     MAX_FAILURE_CHARS,
     PassPhase,
     PassReport,
@@ -107,3 +108,22 @@ def test_failure_fields_keep_a_message_that_is_not_valid_utf8() -> None:
 def test_failure_fields_cut_a_long_message() -> None:
     fields = failure_fields(RuntimeError("x" * (MAX_FAILURE_CHARS + 10)))
     assert fields["failure_message"] == "x" * MAX_FAILURE_CHARS
+
+
+def test_reports_are_kept_to_the_last_fifty_durably_and_in_memory(
+    storage: SqliteStorage,
+) -> None:
+    reports = PassReports(storage)
+    for started in range(KEPT_REPORTS + 3):
+        reports.keep(PassReport(started_at=started, phase=PassPhase.ACTIONABLE))
+    stored = reports.stored(limit=KEPT_REPORTS + 10)
+    assert [r.started_at for r in stored] == list(range(KEPT_REPORTS + 2, 2, -1))
+    assert [r.started_at for r in reports.recent] == list(range(3, KEPT_REPORTS + 3))
+
+
+def test_a_fault_without_recipients_is_listed_and_cleared_with_its_record(rig: Rig) -> None:
+    fault = rig.faults.record("t1", failure="x", error_type="E")
+    assert rig.faults.all() == [fault] and fault.recipients == ()
+    assert rig.faults.clear("t1")
+    cleared = rig.events.unacknowledged()[-1]
+    assert (cleared.kind, cleared.submission_id, cleared.fault) == ("cleared", None, fault)
