@@ -396,3 +396,125 @@ def test_a_pass_failing_at_its_checkpoint_reports_the_open_work_it_saw(
         assert (report.settled, report.nonterminal) == (1, 1)
 
     run(body())
+
+
+def _nothing_to_run_for(obj: Obj, stuck: str) -> None:
+    """``process_thread_head`` finds nothing to run for ``stuck`` (as for a head another
+    caller holds), so that Thread's work stays owed without progress."""
+    runtime = obj.space.runtime
+    original = runtime.process_thread_head
+
+    async def process(thread_id: str, **kwargs: Any) -> Any:
+        if thread_id == stuck:
+            return None
+        return await original(thread_id, **kwargs)
+
+    runtime.process_thread_head = process  # type: ignore[method-assign]
+
+
+def _native_due(obj: Obj) -> int | None:
+    lane = obj.space.scheduler.due_queue.get(NATIVE)
+    return None if lane is None else lane.due_at
+
+
+def test_work_owed_without_progress_backs_the_generation_off_durably(
+    raw_storage: SqliteStorage, clock: ManualClock
+) -> None:
+    async def body() -> None:
+        obj = Obj(raw_storage, clock, echo_app)
+        await obj.start()
+        await obj.run()
+        obj.admit("stuck", "x")
+        _nothing_to_run_for(obj, "stuck")
+        report = await obj.fire()
+        assert (report.dispatched, report.settled) == (1, 0)
+        state = read_state(raw_storage)
+        retry = state.pending_retry
+        assert retry is not None and retry.native_only
+        assert (retry.generation, retry.stalls) == (state.dirty, 1)
+        base = CONFIG.alarm_backoff_base_ms
+        assert clock.now_ms() + base // 2 <= retry.not_before <= clock.now_ms() + base
+        assert _native_due(obj) == retry.not_before
+        assert state.processed < state.dirty  # not acknowledged: the work is still owed
+
+    run(body())
+
+
+def test_an_earlier_timed_obligation_wins_over_the_durable_backoff(
+    raw_storage: SqliteStorage, clock: ManualClock
+) -> None:
+    async def body() -> None:
+        obj = Obj(raw_storage, clock, echo_app)
+        await obj.start()
+        await obj.run()
+        obj.admit("stuck", "x")
+        timed = obj.admit("later", "y")
+        wake = clock.now_ms() + 100
+        raw_storage.exec("UPDATE tl_submissions SET state = 'ready', not_before = ? "
+                         "WHERE id = ?", wake, timed.id)
+        _nothing_to_run_for(obj, "stuck")
+        await obj.fire()
+        retry = read_state(raw_storage).pending_retry
+        assert retry is not None and retry.not_before > wake
+        assert _native_due(obj) == wake
+
+    run(body())
+
+
+def test_owed_work_after_a_settlement_is_rearmed_promptly_not_backed_off(
+    raw_storage: SqliteStorage, clock: ManualClock
+) -> None:
+    async def body() -> None:
+        obj = Obj(raw_storage, clock, echo_app)
+        await obj.start()
+        await obj.run()
+        obj.admit("stuck", "x")
+        obj.admit("fine", "y")
+        far = obj.admit("later", "z")  # a timed obligation far ahead does not delay it
+        raw_storage.exec("UPDATE tl_submissions SET state = 'ready', not_before = ? "
+                         "WHERE id = ?", clock.now_ms() + 3_600_000, far.id)
+        _nothing_to_run_for(obj, "stuck")
+        report = await obj.fire()
+        assert report.settled == 1
+        assert read_state(raw_storage).pending_retry is None
+        assert _native_due(obj) == clock.now_ms() + obj.space.scheduler.alarm.min_delay_ms
+
+    run(body())
+
+
+YIELDING = RuntimeConfig(alarm_backoff_base_ms=1_000, yield_after_ms=10_000,
+                         event_deadline_ms=20_000)
+
+
+def test_an_attempt_yields_at_the_first_step_boundary_after_the_yield_deadline(
+    raw_storage: SqliteStorage, clock: ManualClock
+) -> None:
+    async def body() -> None:
+        steps: list[str] = []
+
+        def make() -> Application:
+            app = Application(YIELDING)
+
+            @app.agent("echo")
+            async def echo(turn: Any) -> Any:
+                def slow() -> str:
+                    clock.advance(YIELDING.yield_after_ms)
+                    return "one"
+
+                steps.append(await turn.step("one", slow))
+                steps.append(await turn.step("two", lambda: "two"))
+                return steps
+
+            return app
+
+        obj = Obj(raw_storage, clock, make)
+        await obj.start()
+        await obj.run()
+        sub = obj.admit("t1", {})
+        report = await obj.fire()
+        assert steps == ["one"] and report.settled == 0
+        assert obj.get(sub.id).state is SubmissionState.READY
+        await obj.run()
+        assert obj.get(sub.id).state is SubmissionState.SETTLED
+
+    run(body())
