@@ -127,3 +127,15 @@ def test_a_fault_without_recipients_is_listed_and_cleared_with_its_record(rig: R
     assert rig.faults.clear("t1")
     cleared = rig.events.unacknowledged()[-1]
     assert (cleared.kind, cleared.submission_id, cleared.fault) == ("cleared", None, fault)
+
+
+def test_created_events_carry_the_fault_as_recorded(rig: Rig) -> None:
+    with_recipient = rig.faults.record("t1", failure="x", error_type="E" * 300,
+                                       recipients=["s1"])
+    thread_level = rig.faults.record("t2", failure="y", error_type="F")
+    assert with_recipient.error_type == "E" * 200  # the type is cut, whatever an error says
+    events = rig.events.unacknowledged()
+    assert [(e.kind, e.thread_id, e.submission_id, e.agent) for e in events] == [
+        ("created", "t1", "s1", None), ("created", "t2", None, None),
+    ]
+    assert [e.fault for e in events] == [with_recipient, thread_level]
