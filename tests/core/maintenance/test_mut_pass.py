@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import random
 from typing import Any
 
+import pytest
 from pass_support import CONFIG, Obj, echo_app, run
 
 from threadline.app import Application
 from threadline.clock import ManualClock
 from threadline.config import RuntimeConfig
 from threadline.errors import StorageError
+from threadline.ids import RandomIds
 from threadline.maintenance import PassPhase
 from threadline.maintenance.maintenance import BEGIN_AFTER, CHECKPOINT_BEFORE, FINISH_BEFORE
 from threadline.scheduling import NATIVE, NativeRetry, read_state
 from threadline.scheduling import state as gen
+from threadline.space import Space
 from threadline.storage import SqliteStorage
 from threadline.threads.model import SubmissionState
 from threadline.threads.recovery import RecoveryBlocked, RecoverySweepResult
@@ -518,3 +523,99 @@ def test_an_attempt_yields_at_the_first_step_boundary_after_the_yield_deadline(
         assert obj.get(sub.id).state is SubmissionState.SETTLED
 
     run(body())
+
+
+def test_pass_duration_is_measured_on_the_injected_clock(
+    raw_storage: SqliteStorage, clock: ManualClock
+) -> None:
+    async def body() -> None:
+        def make() -> Application:
+            app = Application(CONFIG)
+
+            @app.agent("echo")
+            async def echo(turn: Any) -> Any:
+                clock.advance(1_234)
+                return "ok"
+
+            return app
+
+        obj = Obj(raw_storage, clock, make)
+        await obj.start()
+        await obj.run()
+        obj.admit("t1", "x")
+        assert (await obj.fire()).duration_ms == 1_234
+        obj.space.scheduler.gate.schedule("probe.lane", clock.now_ms())
+        assert (await obj.fire()).duration_ms == 0
+
+    run(body())
+
+
+def test_a_plain_pass_recovers_nothing_and_leaves_the_recovery_cursor(
+    raw_storage: SqliteStorage, clock: ManualClock
+) -> None:
+    async def body() -> None:
+        obj = Obj(raw_storage, clock, echo_app)
+        await obj.start()
+        await obj.run()
+        obj.admit("t1", "x")
+        report = await obj.fire()
+        assert (report.settled, report.recovered) == (1, 0)
+        assert read_state(raw_storage).last_recovered_thread is None
+
+    run(body())
+
+
+YIELDING_ONE_AT_A_TIME = RuntimeConfig(alarm_backoff_base_ms=1_000, yield_after_ms=10_000,
+                                       event_deadline_ms=20_000, native_concurrency=1)
+
+
+def test_work_left_at_the_yield_deadline_is_rearmed_promptly_not_backed_off(
+    raw_storage: SqliteStorage, clock: ManualClock
+) -> None:
+    async def body() -> None:
+        def make() -> Application:
+            app = Application(YIELDING_ONE_AT_A_TIME)
+
+            @app.agent("echo")
+            async def echo(turn: Any) -> Any:
+                clock.advance(YIELDING_ONE_AT_A_TIME.yield_after_ms)
+                raise RuntimeError("transient")  # retried later: nothing settles
+
+            return app
+
+        obj = Obj(raw_storage, clock, make)
+        await obj.start()
+        await obj.run()
+        obj.admit("a", "x")
+        obj.admit("b", "y")
+        report = await obj.fire()
+        assert (report.dispatched, report.settled) == (1, 0)
+        assert read_state(raw_storage).pending_retry is None
+        assert _native_due(obj) == clock.now_ms() + obj.space.scheduler.alarm.min_delay_ms
+
+    run(body())
+
+
+def test_without_an_injected_log_the_pass_logs_to_the_package_logger(
+    raw_storage: SqliteStorage, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def body() -> None:
+        app = echo_app()
+        space = Space(app, raw_storage, clock=clock, rng=random.Random(1),
+                      ids=RandomIds(random.Random(2)))
+        await space.start()
+        space.runtime.ledger.admit("t1", "echo", "x")
+        _break_scan_of(space)
+        raw_storage.take_due_alarm(clock.now_ms())
+        with caplog.at_level(logging.ERROR, logger="threadline.maintenance"):
+            assert (await space.alarm()).phase is PassPhase.FAILED
+        assert any("maintenance pass failed" in r.getMessage() for r in caplog.records)
+
+    run(body())
+
+
+def _break_scan_of(space: Space) -> None:
+    def broken() -> object:
+        raise StorageError("disk I/O error")
+
+    space.runtime.ledger.scan_nonterminal = broken  # type: ignore[assignment,method-assign]
