@@ -7,6 +7,8 @@ transitions a host only hears about never count as new native work.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from faults_support import Rig, build
 
@@ -139,3 +141,10 @@ def test_created_events_carry_the_fault_as_recorded(rig: Rig) -> None:
         ("created", "t1", "s1", None), ("created", "t2", None, None),
     ]
     assert [e.fault for e in events] == [with_recipient, thread_level]
+
+
+def test_event_delivery_stops_when_the_clock_reaches_the_deadline(rig: Rig) -> None:
+    rig.faults.record("t1", failure="x", error_type="E", recipients=["s1"])
+    now = rig.clock.now_ms()
+    assert asyncio.run(rig.events.run_lane(now, now)) == now  # still due, nothing delivered
+    assert [e.seq for e in rig.events.unacknowledged()] == [1]
