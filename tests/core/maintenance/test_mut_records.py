@@ -13,6 +13,7 @@ import pytest
 from faults_support import Rig, build
 
 from threadline.clock import ManualClock
+from threadline.maintenance.faults import EventDraft, append_events
 from threadline.maintenance.report import (
     KEPT_REPORTS,
     MAX_FAILURE_CHARS,
@@ -148,3 +149,14 @@ def test_event_delivery_stops_when_the_clock_reaches_the_deadline(rig: Rig) -> N
     now = rig.clock.now_ms()
     assert asyncio.run(rig.events.run_lane(now, now)) == now  # still due, nothing delivered
     assert [e.seq for e in rig.events.unacknowledged()] == [1]
+
+
+def test_append_events_returns_the_sequence_numbers_it_reserved(rig: Rig) -> None:
+    drafts = [EventDraft("parked", "t1", None, "s1", "gone"),
+              EventDraft("parked", "t2", None, "s2", "gone")]
+    first = rig.storage.transaction(
+        lambda: append_events(rig.storage, rig.sched.gate, rig.clock, drafts))
+    second = rig.storage.transaction(
+        lambda: append_events(rig.storage, rig.sched.gate, rig.clock, drafts[:1]))
+    assert (first, second) == ([1, 2], [3])
+    assert [e.seq for e in rig.events.unacknowledged()] == [1, 2, 3]
