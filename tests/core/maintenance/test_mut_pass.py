@@ -44,7 +44,7 @@ def test_a_failed_pass_never_shortens_the_backoff_already_pending(
         def broken() -> object:
             raise StorageError("disk I/O error")
 
-        obj.space.runtime.ledger.scan_nonterminal = broken  # type: ignore[assignment,method-assign]
+        obj.space.runtime.ledger.live_threads = broken  # type: ignore[assignment,method-assign]
         report = await obj.fire()
         assert report.phase is PassPhase.FAILED
         retry = read_state(raw_storage).pending_retry
@@ -59,7 +59,7 @@ def _break_scan(obj: Obj) -> None:
     def broken() -> object:
         raise StorageError("disk I/O error")
 
-    obj.space.runtime.ledger.scan_nonterminal = broken  # type: ignore[assignment,method-assign]
+    obj.space.runtime.ledger.live_threads = broken  # type: ignore[assignment,method-assign]
 
 
 def test_a_failure_backs_a_new_generation_off_afresh(
@@ -618,4 +618,4 @@ def _break_scan_of(space: Space) -> None:
     def broken() -> object:
         raise StorageError("disk I/O error")
 
-    space.runtime.ledger.scan_nonterminal = broken  # type: ignore[assignment,method-assign]
+    space.runtime.ledger.live_threads = broken  # type: ignore[assignment,method-assign]
