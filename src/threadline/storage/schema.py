@@ -210,7 +210,7 @@ _RECOVERY = (
 _PASS_REPORTS = (
     # The last actionable or failed maintenance passes (caught-up ones stay in memory).
     """CREATE TABLE tl_pass_reports (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        seq INTEGER PRIMARY KEY,
         started_at INTEGER NOT NULL,
         phase TEXT NOT NULL CHECK (phase IN ('caught-up', 'actionable', 'failed')),
         recovered INTEGER NOT NULL CHECK (recovered >= 0),
@@ -238,10 +238,10 @@ _LIVE_WORK = (
 )
 
 # Fewer billed rows per write: nothing reads tl_outbox_pending, and AUTOINCREMENT costs a
-# sqlite_sequence write per insert. Neither table ever deletes its newest row (the outbox
-# deletes nothing; pass reports trim the oldest), so the plain rowid stays increasing. SQLite
-# cannot drop AUTOINCREMENT in place: each table is renamed, recreated and copied, keeping
-# every seq. Nothing references either table, so the rename moves no foreign key.
+# sqlite_sequence write per insert. The outbox never deletes a row, so the plain rowid stays
+# increasing (tl_pass_reports, which trims only its oldest rows, is created without it). SQLite
+# cannot drop AUTOINCREMENT in place: the table is renamed, recreated and copied, keeping every
+# seq. Nothing references it, so the rename moves no foreign key.
 _LEAN_ROWS = (
     "DROP INDEX tl_outbox_pending",
     "ALTER TABLE tl_outbox RENAME TO tl_outbox_old",
@@ -262,32 +262,6 @@ _LEAN_ROWS = (
     SELECT seq, record_id, thread_id, kind, body_json, state, attempts, created_at, delivered_at
     FROM tl_outbox_old""",
     "DROP TABLE tl_outbox_old",
-    "ALTER TABLE tl_pass_reports RENAME TO tl_pass_reports_old",
-    """CREATE TABLE tl_pass_reports (
-        seq INTEGER PRIMARY KEY,
-        started_at INTEGER NOT NULL,
-        phase TEXT NOT NULL CHECK (phase IN ('caught-up', 'actionable', 'failed')),
-        recovered INTEGER NOT NULL CHECK (recovered >= 0),
-        settled INTEGER NOT NULL CHECK (settled >= 0),
-        dispatched INTEGER NOT NULL CHECK (dispatched >= 0),
-        nonterminal INTEGER NOT NULL CHECK (nonterminal >= 0),
-        alarm TEXT CHECK (alarm IS NULL OR alarm IN ('rearmed', 'cleared')),
-        alarm_at INTEGER,
-        rows_read INTEGER NOT NULL CHECK (rows_read >= 0),
-        rows_written INTEGER NOT NULL CHECK (rows_written >= 0),
-        statements INTEGER NOT NULL CHECK (statements >= 0),
-        duration_ms INTEGER NOT NULL CHECK (duration_ms >= 0),
-        failure_type TEXT,
-        failure_message TEXT,
-        CHECK ((phase = 'failed') = (failure_type IS NOT NULL))
-    )""",
-    """INSERT INTO tl_pass_reports (seq, started_at, phase, recovered, settled, dispatched,
-        nonterminal, alarm, alarm_at, rows_read, rows_written, statements, duration_ms,
-        failure_type, failure_message)
-    SELECT seq, started_at, phase, recovered, settled, dispatched, nonterminal, alarm, alarm_at,
-        rows_read, rows_written, statements, duration_ms, failure_type, failure_message
-    FROM tl_pass_reports_old""",
-    "DROP TABLE tl_pass_reports_old",
 )
 
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
