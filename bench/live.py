@@ -1,4 +1,5 @@
-"""Scenarios 1, 2 and 5 in real workerd, and the Agents SDK side by side (scenario 6).
+"""Scenarios 1, 2 and 5 in real workerd (3 and 4 in ``bench.over_http``), and the Agents SDK
+side by side (scenario 6).
 
 Both run in the local runtime through miniflare (``scripts/workerd/serve.mjs`` for threadline,
 ``bench/agents-sdk/serve.mjs`` for the Agents SDK, same miniflare). The figures are workerd's
@@ -228,6 +229,13 @@ def _threadline_live(runner: Any, runtime: Runtime, plan: dict[str, Any], runs: 
         runner.step(f"1 caught-up pass, {n:,} settled [workerd]",
                     lambda n=n: caught_up(runtime, n, runs))
     runner.step("2 one submission [workerd]", lambda: one_submission(runtime, runs))
+    from bench import over_http
+
+    n, threads = plan["burst"]
+    runner.step(f"3 burst of {n:,} over {threads} Threads over HTTP [workerd]",
+                lambda: over_http.burst(runtime, n, threads, runs))
+    runner.step(f"4 {plan['turns']:,} sequential echo turns over HTTP + SSE [workerd]",
+                lambda: over_http.turns(runtime, plan["turns"], runs))
     for k in plan["k"]:
         runner.step(f"5 K={k:,} pending timers [workerd]",
                     lambda k=k: pending_timers(runtime, k, runs))

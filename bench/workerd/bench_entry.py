@@ -3,8 +3,10 @@
 Never deployed. ``/_bench/{object}/{op}`` goes to a ``BenchThreadObject`` (binding ``BENCH``):
 ``ThreadObjectBase`` unchanged, with the agents of ``bench_app`` and a few bench routes that
 admit or seed submissions and read what each alarm cost (workerd's billed ``rowsRead`` /
-``rowsWritten`` per statement, alarm writes, the pass report). Every other path goes to the
-app's ``Default``.
+``rowsWritten`` per statement, alarm writes, the pass report). The HTTP API (``/v1``) is the
+app's ``Default`` with its spaces bound to ``BenchThreadObject`` too, so that the alarms the API's
+submissions cause are the metered ones (a space and a bench object of the same name are one
+object). The bench object also registers the app's ``echo`` agent for the API scenarios.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pyodide.ffi import jsnull
 from workers import Response
 
 from entry import Default as AppDefault
-from entry import ThreadObject
+from entry import ThreadObject, echo
 from threadline.worker import ThreadObjectBase
 
 PREFIX = "/_bench/"
@@ -28,9 +30,14 @@ _OPEN_TIMERS = "SELECT COUNT(*) AS n FROM tl_waits WHERE state = 'open' AND kind
 _OPEN = "SELECT COUNT(*) AS n FROM tl_submissions WHERE state <> 'settled'"
 _STATE = "SELECT state FROM tl_submissions WHERE id = ?"
 
+# The example Worker's agent, unchanged, for the scenarios that go through the HTTP API.
+bench_app.agent("echo")(echo)
+
 
 class Default(AppDefault):
-    """The app's entrypoint, plus the bench route."""
+    """The app's entrypoint, plus the bench route; every space is a ``BenchThreadObject``."""
+
+    binding = "BENCH"
 
     async def fetch(self, request: Any) -> Response:
         url = str(request.url)
@@ -120,6 +127,15 @@ class BenchThreadObject(ThreadObjectBase):
     async def op_alarms(self, since: str = "0") -> dict[str, Any]:
         """The alarms run so far (from index ``since``); reads no SQL."""
         return {"count": len(self.alarms), "alarms": self.alarms[int(since) :]}
+
+    async def op_progress(self, since: str = "0") -> dict[str, Any]:
+        """Alarms run so far and the Attempts their passes settled since ``since``; no SQL."""
+        mine = self.alarms[int(since) :]
+        return {
+            "alarms": len(self.alarms),
+            "settled": sum(a["settled"] or 0 for a in mine),
+            "max_settled": max((a["settled"] or 0 for a in mine), default=0),
+        }
 
     async def _alarm_slot(self) -> int | None:
         # Straight from workerd: the storage adapter's remembered slot stays the pass's own.

@@ -30,9 +30,20 @@ def test_bench_quick_runs_every_scenario(tmp_path: Path) -> None:
             assert (scenario, system, case) in seen, (scenario, system, case)
     for case in ("schedule() K=10", "queue() end to end"):
         assert ("6", "agents sdk (workerd)", case) in seen
+    workerd = "threadline (workerd)"
+    burst = [m for m in results["measurements"] if (m["scenario"], m["system"]) == ("3", workerd)]
+    assert len(burst) == 1
+    for figure in ("alarms_per_submission", "settlements_per_s", "p50_ms", "p99_ms"):
+        assert burst[0]["figures"][figure]["median"] > 0, figure
+    turns = {m["case"]: m for m in results["measurements"] if m["scenario"] == "4"}
+    for case in ("admission -> Attempt start (object clock)", "admission -> first SSE record"):
+        assert turns[case]["system"] == workerd
+        assert turns[case]["figures"]["p50_ms"]["median"] >= 0, case
     for m in results["measurements"]:
         assert m["runs"] >= 1
-        assert "rows_read" in m["figures"] and "rows_written" in m["figures"]
+        if m["scenario"] not in ("3", "4"):
+            assert "rows_read" in m["figures"] and "rows_written" in m["figures"]
     assert {r["what"] for r in results["side_by_side"]} >= {"one unit of work, end to end"}
     assert chart.stat().st_size > 0
     assert "Targets:" in done.stdout
+    assert "skipped" not in done.stderr and "not measured" not in done.stdout

@@ -20,13 +20,24 @@ admission asks for a prompt pass).
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Iterator
-from typing import Any
 
 import httpx
-from httpx_sse import ServerSentEvent, connect_sse
+from echo_turns import (
+    ADMIT,
+    ATTEMPT_CLIENT,
+    ATTEMPT_OBJECT,
+    FIRST_EVENT,
+    FIRST_RECORD,
+    PASS_OBJECT,
+    object_clock,
+    percentile,
+    skip_to_record,
+    submit_echo,
+    thread_path,
+    timed_turn,
+)
+from httpx_sse import connect_sse
 from workerd_runtime import TOKEN, Runtime
 
 SAMPLES = 40
@@ -34,58 +45,24 @@ SPACE = "latency"
 
 
 def _percentiles(samples: list[float]) -> str:
-    ordered = sorted(samples)
-    p50 = ordered[len(ordered) // 2]
-    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-    return f"p50 {p50:6.1f} p99 {p99:6.1f} max {ordered[-1]:6.1f}"
+    return (f"p50 {percentile(samples, 0.5):6.1f} p99 {percentile(samples, 0.99):6.1f}"
+            f" max {max(samples):6.1f}")
 
 
 def _series(client: httpx.Client, thread: str, pause_s: float) -> dict[str, list[float]]:
-    base = f"/v1/spaces/{SPACE}/threads/{thread}"
+    base = thread_path(SPACE, thread)
     figures: dict[str, list[float]] = {key: [] for key in (
-        "admit", "summary", "alarm pass start (object clock)", "attempt start (object clock)",
-        "attempt start (client)", "first SSE event", "first SSE record")}
-    warm = client.post(base + "/submissions", json={"agent": "echo", "input": {"text": "w"}})
-    assert warm.status_code == 202
+        ADMIT, "summary", PASS_OBJECT, ATTEMPT_OBJECT, ATTEMPT_CLIENT, FIRST_EVENT, FIRST_RECORD)}
+    warm = submit_echo(client, base, "w")
     with connect_sse(client, "GET", base + "/events") as source:
-        events: Iterator[ServerSentEvent] = source.iter_sse()
-        for event in events:  # the warm-up run's record
-            if event.event == "record":
-                break
+        events = source.iter_sse()
+        skip_to_record(events, warm)
         for index in range(SAMPLES):
             time.sleep(pause_s)
-            started = time.perf_counter()
-            reply = client.post(base + "/submissions",
-                                json={"agent": "echo", "input": {"text": f"m{index}"}})
-            admitted = time.perf_counter()
-            assert reply.status_code == 202, reply.text
-            sub_id = reply.json()["id"]
-            seen: dict[str, float] = {}
-            for event in events:
-                at = (time.perf_counter() - started) * 1000
-                data: Any = json.loads(event.data)
-                seen.setdefault("first SSE event", at)
-                if event.event == "submission" and data["id"] == sub_id and data["state"] not in (
-                        "queued", "ready"):
-                    seen.setdefault("attempt start (client)", at)
-                if event.event == "record" and data["submission_id"] == sub_id:
-                    # The echo's reply, the run's only record: its Attempt started before it.
-                    seen.setdefault("attempt start (client)", at)
-                    seen["first SSE record"] = at
-                    break
-            figures["admit"].append((admitted - started) * 1000)
+            sub_id, seen = timed_turn(client, base, events, f"m{index}")
+            seen.update(object_clock(client, SPACE, base, sub_id))
             for key, value in seen.items():
                 figures[key].append(value)
-            detail = client.get(f"{base}/submissions/{sub_id}").json()
-            step = detail["journal"]["entries"][0]
-            figures["attempt start (object clock)"].append(
-                float(step["started_at"] - detail["created_at"]))
-            # The pass that ran it: the first one to start at or after the admission.
-            reports = client.get(f"/v1/spaces/{SPACE}/maintenance").json()["pass_reports"]
-            first_pass = min(r["started_at"] for r in reports
-                             if r["started_at"] >= detail["created_at"])
-            figures["alarm pass start (object clock)"].append(
-                float(first_pass - detail["created_at"]))
             summary_started = time.perf_counter()
             assert client.get(base).status_code == 200
             figures["summary"].append((time.perf_counter() - summary_started) * 1000)
