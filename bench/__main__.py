@@ -40,11 +40,16 @@ def _progress(message: str) -> None:
 class Runner:
     """Runs steps, printing a progress line for each and collecting failures."""
 
-    def __init__(self) -> None:
+    def __init__(self, scenarios: list[str] | None = None) -> None:
         self.measurements: list[Measurement] = []
         self.failures: list[str] = []
+        #: Only the steps of these scenarios run (None: all); set-up steps always run.
+        self.scenarios = scenarios
 
     def step(self, label: str, fn: Callable[[], Any]) -> None:
+        scenario = label.split(" ", 1)[0].rstrip("ab")
+        if self.scenarios is not None and scenario.isdigit() and scenario not in self.scenarios:
+            return
         _progress(f"{label} ...")
         started = time.monotonic()
         try:
@@ -67,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, help="runs per figure (default 5, quick 1)")
     parser.add_argument("--only", action="append", choices=SYSTEMS,
                         help="run only these systems (repeatable)")
+    parser.add_argument("--scenario", action="append", choices=list("123456"),
+                        help="run only these scenarios (repeatable)")
     parser.add_argument("--out", type=Path, help="results file (default bench/results.json)")
     parser.add_argument("--chart", type=Path, help="chart file (default docs/bench.png)")
     parser.add_argument("--table-from", type=Path, metavar="RESULTS",
@@ -90,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     chart = args.chart or (default_dir / "bench.png" if default_dir else
                            ROOT / "docs" / "bench.png")
 
-    runner = Runner()
+    runner = Runner(args.scenario)
     if "sim" in systems:
         for n in plan["settled"]:
             runner.step(f"1 caught-up pass, {n:,} settled [sqlite3]",

@@ -10,7 +10,9 @@ records through ``/_bench/{space}/progress`` (no SQL) and ``/_bench/{space}/stat
    handler runs per submission (counted from the first POST until the object is quiet),
    settlements per second (``n`` over the time from sending the first POST to the driver's
    first poll that sees every submission settled; polling starts once every POST has been
-   answered, so it never competes with admission), and the POSTs' round trips (p50, p99, max).
+   answered, so it never competes with admission), and the POSTs' round trips (p50, p99, max),
+   with the passes' durations and the round trips of the POSTs that overlapped a pass beside
+   those that did not (see :func:`_gate`).
 4. Latency of a turn: ``n`` sequential ``echo`` submissions on one Thread while its event stream
    is open (see ``tests/workerd/echo_turns.py`` for what each figure measures and on which
    clock). Per run: p50 and p99 of each figure over its ``n`` turns.
@@ -85,6 +87,8 @@ def burst_run(runtime: Runtime, space: str, n: int, threads: int) -> dict[str, f
     numbers = count()
     lock = threading.Lock()
     admit_ms: list[float] = []
+    #: Each POST's (sent, answered) on the wall clock, to set beside the passes' own times.
+    spans: list[tuple[float, float]] = []
 
     def worker() -> None:
         with _client(runtime) as client:
@@ -93,11 +97,12 @@ def burst_run(runtime: Runtime, space: str, n: int, threads: int) -> dict[str, f
                     i = next(numbers)
                 if i >= n:
                     return
-                sent = time.perf_counter()
+                sent, sent_at = time.perf_counter(), time.time() * 1000
                 submit_echo(client, thread_path(space, f"t{i % threads}"), f"b{i}")
                 took = (time.perf_counter() - sent) * 1000
                 with lock:
                     admit_ms.append(took)
+                    spans.append((sent_at, time.time() * 1000))
 
     started = time.perf_counter()
     with ThreadPoolExecutor(CONCURRENCY) as pool:
@@ -124,8 +129,35 @@ def burst_run(runtime: Runtime, space: str, n: int, threads: int) -> dict[str, f
         "p99_ms": percentile(admit_ms, 0.99),
         "max_ms": max(admit_ms),
         "admission_s": admitted - started,
+        "settle_lag_s": settled - admitted,
         "max_settled_per_pass": progress["max_settled"],
+        **_gate(spans, obj.alarms_since(since)),
     }
+
+
+def _gate(spans: list[tuple[float, float]], alarms: list[dict[str, Any]]) -> dict[str, float]:
+    """How the passes weigh on admission: the passes' own durations, and the POST round trips
+    that overlapped a pass against those that did not.
+
+    A pass that awaits no real I/O keeps the object's input gate closed, so a POST arriving
+    meanwhile waits for it. The passes' times are on the object's clock (it moves only
+    across I/O, so a pass's ``wall_ms`` is a lower bound on its length) and the POSTs' on the
+    driver's wall clock, the same host clock: the split is indicative, not exact.
+    """
+    passes = [(float(a["started_at"]), float(a["started_at"] + a["wall_ms"])) for a in alarms]
+    during: list[float] = []
+    outside: list[float] = []
+    for sent, answered in spans:
+        overlaps = any(start < answered and end > sent for start, end in passes)
+        (during if overlaps else outside).append(answered - sent)
+    walls = [float(a["wall_ms"]) for a in alarms]
+    out = {"pass_ms_p50": percentile(walls, 0.5), "pass_ms_max": max(walls),
+           "pass_busy_s": sum(walls) / 1000, "posts_during_pass": float(len(during))}
+    if during:
+        out["p50_ms_during_pass"] = percentile(during, 0.5)
+    if outside:
+        out["p50_ms_outside_pass"] = percentile(outside, 0.5)
+    return out
 
 
 def burst(runtime: Runtime, n: int, threads: int, runs: int) -> Measurement:

@@ -39,6 +39,8 @@ def _at_most(what: str, value: float, limit: float) -> str:
 def _below(what: str, value: float, limit: float) -> str:
     if value < limit:
         return f"{what} {value:.3g} < {limit:g}: met"
+    if value == limit:
+        return f"{what} {value:.3g} = {limit:g}: MISSED (at the limit, not under it)"
     return f"{what} {value:.3g} >= {limit:g}: MISSED by {value - limit:.3g} ({value / limit:.1f}x)"
 
 
