@@ -66,14 +66,15 @@ class Runner:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="small K and one run")
+    parser.add_argument("--quick", action="store_true", help="small K and bursts, one run")
     parser.add_argument("--explain", action="store_true",
                         help="print scenario 2's rows per statement")
     parser.add_argument("--runs", type=int, help="runs per figure (default 5, quick 1)")
     parser.add_argument("--only", action="append", choices=SYSTEMS,
                         help="run only these systems (repeatable)")
     parser.add_argument("--scenario", action="append", choices=list("123456"),
-                        help="run only these scenarios (repeatable)")
+                        help="run only these scenarios (repeatable; results then go under "
+                             ".threadline/bench-partial/ unless --out/--chart say)")
     parser.add_argument("--out", type=Path, help="results file (default bench/results.json)")
     parser.add_argument("--chart", type=Path, help="chart file (default docs/bench.png)")
     parser.add_argument("--table-from", type=Path, metavar="RESULTS",
@@ -91,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     plan: dict[str, Any] = dict(QUICK if args.quick else FULL)
     runs = args.runs or int(plan["runs"])
     systems = args.only or list(SYSTEMS)
-    default_dir = ROOT / ".threadline" / "bench-quick" if args.quick else None
+    # A quick or partial run never replaces the committed full results.
+    default_dir = (ROOT / ".threadline" / "bench-quick" if args.quick else
+                   ROOT / ".threadline" / "bench-partial" if args.scenario else None)
     out = args.out or (default_dir / "results.json" if default_dir else
                        ROOT / "bench" / "results.json")
     chart = args.chart or (default_dir / "bench.png" if default_dir else
