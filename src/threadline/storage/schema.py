@@ -264,6 +264,12 @@ _LEAN_ROWS = (
     "DROP TABLE tl_outbox_old",
 )
 
+# Retired without a migration: tl_threads.history_seq (and the updated_at bump that came with
+# it) is no longer written when a record is appended. The newest record's seq and time are read
+# from the end of the Thread's tl_history key instead, one row read instead of a row written
+# per record; the column stays, holding whatever it last held, because SQLite drops a column
+# only from 3.35 on.
+
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
 MIGRATIONS: list[tuple[str, ...]] = [
     _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS,

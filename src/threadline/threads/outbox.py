@@ -12,9 +12,12 @@ from threadline.storage.port import Storage
 
 _HISTORY_EXISTS = "SELECT 1 AS present FROM tl_history WHERE record_id = ?"
 _OUTBOX_EXISTS = "SELECT 1 AS present FROM tl_outbox WHERE record_id = ?"
+# One seek at the end of the Thread's primary-key range: a read instead of a counter row to
+# rewrite per record. The read and the insert after it run in one synchronous transaction of
+# the object, so no other append can take the same seq in between (and the primary key would
+# refuse it if one did).
 _NEXT_HISTORY_SEQ = (
-    "UPDATE tl_threads SET history_seq = history_seq + 1, updated_at = ? WHERE id = ?"
-    " RETURNING history_seq"
+    "SELECT COALESCE(MAX(seq), 0) + 1 AS seq FROM tl_history WHERE thread_id = ?"
 )
 _INSERT_HISTORY = (
     "INSERT INTO tl_history (thread_id, seq, record_id, submission_id, kind, body_json,"
@@ -46,7 +49,7 @@ def append_history(
     now: int,
 ) -> int:
     """Append a canonical record to the Thread's history and publish it; returns its seq."""
-    seq = int(storage.exec(_NEXT_HISTORY_SEQ, now, thread_id).one()["history_seq"])
+    seq = int(storage.exec(_NEXT_HISTORY_SEQ, thread_id).one()["seq"])
     storage.exec(_INSERT_HISTORY, thread_id, seq, record_id, submission_id, kind, body_json, now)
     publish(storage, record_id=record_id, thread_id=thread_id, kind=kind, body_json=body_json,
             now=now)

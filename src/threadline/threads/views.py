@@ -13,16 +13,20 @@ from threadline.threads.ledger import work_item
 from threadline.threads.model import JsonValue, WorkItem, decode_json
 
 # The open count reads the partial index tl_submissions_open, so it follows open work only.
-_THREADS_PAGE = (
-    "SELECT t.id, t.next_seq, t.history_seq, t.created_at, t.updated_at,"
+# The newest history record is one seek at the end of the Thread's primary-key range: its seq
+# and its time (appending a record writes no tl_threads row, so the row's updated_at is the
+# last admission). The open count reads the partial index tl_submissions_open, so it follows
+# open work only.
+_THREAD_COLUMNS = (
+    "SELECT t.id, t.next_seq, t.created_at,"
+    " COALESCE(h.seq, 0) AS history_seq, MAX(t.updated_at, COALESCE(h.created_at, 0))"
+    " AS updated_at,"
     " (SELECT COUNT(*) FROM tl_submissions s WHERE s.thread_id = t.id AND s.state <> 'settled')"
-    " AS open_count FROM tl_threads t WHERE t.id > ? ORDER BY t.id LIMIT ?"
+    " AS open_count FROM tl_threads t LEFT JOIN tl_history h ON h.thread_id = t.id"
+    " AND h.seq = (SELECT MAX(seq) FROM tl_history WHERE thread_id = t.id)"
 )
-_THREAD = (
-    "SELECT t.id, t.next_seq, t.history_seq, t.created_at, t.updated_at,"
-    " (SELECT COUNT(*) FROM tl_submissions s WHERE s.thread_id = t.id AND s.state <> 'settled')"
-    " AS open_count FROM tl_threads t WHERE t.id = ?"
-)
+_THREADS_PAGE = _THREAD_COLUMNS + " WHERE t.id > ? ORDER BY t.id LIMIT ?"
+_THREAD = _THREAD_COLUMNS + " WHERE t.id = ?"
 # The same predicate as the partial index tl_submissions_open: it reads open work only.
 _OPEN_PAGE = (
     "SELECT id, thread_id, seq, agent, state, revision, attempts, not_before, lease_expires_at,"
