@@ -89,7 +89,7 @@ def test_check_constraints_refuse_bad_states(storage: SqliteStorage) -> None:
 
 def test_open_submission_scans_use_the_partial_index(storage: SqliteStorage) -> None:
     plan = storage.exec(
-        "EXPLAIN QUERY PLAN SELECT id FROM tl_submissions WHERE state <> 'settled' "
+        "EXPLAIN QUERY PLAN SELECT id FROM tl_submissions WHERE settled_at IS NULL "
         "ORDER BY thread_id, seq"
     )
     assert any("tl_submissions_open" in row["detail"] for row in plan)

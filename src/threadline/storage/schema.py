@@ -270,9 +270,19 @@ _LEAN_ROWS = (
 # per record; the column stays, holding whatever it last held, because SQLite drops a column
 # only from 3.35 on.
 
+# Open work keyed on settled_at (NULL exactly while open, by a CHECK of tl_submissions) instead
+# of state: an UPDATE rewrites a partial index when it sets a column the index's WHERE names,
+# and every claim and move sets state, while only settling sets settled_at. The index then
+# costs one entry written per admission, not one more per transition.
+_OPEN_UNTIL_SETTLED = (
+    "DROP INDEX tl_submissions_open",
+    """CREATE INDEX tl_submissions_open ON tl_submissions (thread_id, seq)
+        WHERE settled_at IS NULL""",
+)
+
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
 MIGRATIONS: list[tuple[str, ...]] = [
-    _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS,
+    _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS, _OPEN_UNTIL_SETTLED,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

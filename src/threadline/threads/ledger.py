@@ -36,14 +36,16 @@ from threadline.threads.model import (
 from threadline.threads.ports import NATIVE, PUBLICATION, MutationGate, commit_fact
 
 # Both scans name exactly the predicate of the partial index tl_submissions_open, so their
-# cost follows open work, however much settled history the object holds.
+# cost follows open work, however much settled history the object holds. ``settled_at IS
+# NULL`` is ``state <> 'settled'`` (a CHECK ties them), said with a column no claim or move
+# touches, so those transitions leave the index alone.
 _SCAN_OPEN = (
     "SELECT id, thread_id, seq, agent, state, revision, attempts, not_before, lease_expires_at,"
-    " lease_owner FROM tl_submissions WHERE state <> 'settled' ORDER BY thread_id, seq"
+    " lease_owner FROM tl_submissions WHERE settled_at IS NULL ORDER BY thread_id, seq"
 )
 _THREAD_OPEN = (
     "SELECT id, thread_id, seq, agent, state, revision, attempts, not_before, lease_expires_at,"
-    " lease_owner FROM tl_submissions WHERE state <> 'settled' AND thread_id = ? ORDER BY seq"
+    " lease_owner FROM tl_submissions WHERE settled_at IS NULL AND thread_id = ? ORDER BY seq"
 )
 # Names exactly the predicate of the partial index tl_submissions_live: Threads with a head
 # that may be claimed, is running or is settling, however many others sleep on a timer.
