@@ -280,9 +280,76 @@ _OPEN_UNTIL_SETTLED = (
         WHERE settled_at IS NULL""",
 )
 
+# Fewer b-trees per admission and per claim (each entry is a billed row written):
+# - WITHOUT ROWID: the row lives in its id's b-tree, instead of a rowid table plus an index
+#   on id.
+# - The idempotency-key uniqueness holds for keyed submissions only (two NULL keys never
+#   collided anyway), so an unkeyed admission writes no entry for it.
+# - ``dormant`` is 1 exactly while the submission waits on the outside world (suspended,
+#   unknown, joined): a CHECK ties it to state, and a transition sets it only when it crosses
+#   that line. The live index names it and settled_at instead of state, so a claim (queued or
+#   ready -> running) rewrites no index entry at all.
+# SQLite cannot change any of this in place. tl_journal, tl_waits and tl_abort_intents keep
+# foreign keys to tl_submissions, which are enforced here and cannot be switched off inside
+# the migration's transaction; renaming the table would repoint those keys at the old name.
+# So the rows are copied aside, the table dropped and recreated under its own name, and the
+# rows copied back, with foreign-key checks deferred to the commit: a child left without its
+# submission fails the commit, and the migration with it. (On workerd, where a transaction is
+# a savepoint of the event's implicit transaction, the deferral lasts until that commits, and
+# a violation there rolls the object back to its last good state.)
+_LEAN_SUBMISSIONS = (
+    "PRAGMA defer_foreign_keys = ON",
+    "CREATE TABLE tl_submissions_copy AS SELECT * FROM tl_submissions",
+    "DROP TABLE tl_submissions",
+    """CREATE TABLE tl_submissions (
+        id TEXT PRIMARY KEY NOT NULL,
+        thread_id TEXT NOT NULL REFERENCES tl_threads (id),
+        seq INTEGER NOT NULL CHECK (seq >= 1),
+        agent TEXT NOT NULL,
+        idempotency_key TEXT,
+        input_json TEXT NOT NULL,
+        input_digest TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN (
+            'queued', 'ready', 'running', 'suspended', 'unknown', 'joined',
+            'terminalizing', 'settled')),
+        dormant INTEGER NOT NULL DEFAULT 0
+            CHECK (dormant = (state IN ('suspended', 'unknown', 'joined'))),
+        outcome TEXT CHECK (outcome IS NULL OR outcome IN ('completed', 'failed', 'aborted')),
+        result_json TEXT,
+        error_json TEXT,
+        attempts INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+        revision INTEGER NOT NULL DEFAULT 0 CHECK (revision >= 0),
+        lease_owner TEXT,
+        lease_expires_at INTEGER,
+        not_before INTEGER,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        settled_at INTEGER,
+        CHECK ((state = 'settled') = (outcome IS NOT NULL)),
+        CHECK ((state = 'settled') = (settled_at IS NOT NULL)),
+        CHECK ((lease_owner IS NULL) = (lease_expires_at IS NULL)),
+        UNIQUE (thread_id, seq)
+    ) WITHOUT ROWID""",
+    """INSERT INTO tl_submissions (id, thread_id, seq, agent, idempotency_key, input_json,
+        input_digest, state, dormant, outcome, result_json, error_json, attempts, revision,
+        lease_owner, lease_expires_at, not_before, created_at, updated_at, settled_at)
+    SELECT id, thread_id, seq, agent, idempotency_key, input_json, input_digest, state,
+        state IN ('suspended', 'unknown', 'joined'), outcome, result_json, error_json, attempts,
+        revision, lease_owner, lease_expires_at, not_before, created_at, updated_at, settled_at
+    FROM tl_submissions_copy""",
+    "DROP TABLE tl_submissions_copy",
+    """CREATE UNIQUE INDEX tl_submissions_key ON tl_submissions (thread_id, idempotency_key)
+        WHERE idempotency_key IS NOT NULL""",
+    """CREATE INDEX tl_submissions_open ON tl_submissions (thread_id, seq)
+        WHERE settled_at IS NULL""",
+    """CREATE INDEX tl_submissions_live ON tl_submissions (thread_id, seq)
+        WHERE settled_at IS NULL AND dormant = 0""",
+)
+
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
 MIGRATIONS: list[tuple[str, ...]] = [
     _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS, _OPEN_UNTIL_SETTLED,
+    _LEAN_SUBMISSIONS,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

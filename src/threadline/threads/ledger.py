@@ -48,10 +48,11 @@ _THREAD_OPEN = (
     " lease_owner FROM tl_submissions WHERE settled_at IS NULL AND thread_id = ? ORDER BY seq"
 )
 # Names exactly the predicate of the partial index tl_submissions_live: Threads with a head
-# that may be claimed, is running or is settling, however many others sleep on a timer.
+# that may be claimed, is running or is settling (open and not dormant: queued, ready,
+# running, terminalizing), however many others sleep on a timer.
 _LIVE_THREADS = (
     "SELECT DISTINCT thread_id FROM tl_submissions"
-    " WHERE state IN ('queued', 'ready', 'running', 'terminalizing') ORDER BY thread_id"
+    " WHERE settled_at IS NULL AND dormant = 0 ORDER BY thread_id"
 )
 _BY_ID = "SELECT * FROM tl_submissions WHERE id = ?"
 _BY_KEY = "SELECT * FROM tl_submissions WHERE thread_id = ? AND idempotency_key = ?"

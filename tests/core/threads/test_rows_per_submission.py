@@ -7,8 +7,12 @@ b-trees it opens for writing and the instructions that insert into them.
 
 from __future__ import annotations
 
+import pytest
+
+from threadline.errors import StorageError
 from threadline.storage import SqliteStorage
 from threadline.threads import ledger, outbox, transitions, views
+from threadline.threads.model import Outcome, SubmissionState
 
 _THREAD = "INSERT INTO tl_threads (id, created_at, updated_at) VALUES (?, ?, ?)"
 
@@ -41,6 +45,57 @@ def test_open_work_is_read_through_its_index(storage: SqliteStorage) -> None:
     for sql in (ledger._SCAN_OPEN, ledger._THREAD_OPEN, views._OPEN_PAGE, views._THREAD):
         plan = storage.exec("EXPLAIN QUERY PLAN " + sql, *([None] * sql.count("?"))).rows
         assert any("tl_submissions_open" in row["detail"] for row in plan), sql
+
+
+_ADMIT = (
+    "INSERT INTO tl_submissions (id, thread_id, seq, agent, idempotency_key, input_json,"
+    " input_digest, state, created_at, updated_at) VALUES (?, 't', ?, 'a', ?, '{}', 'd',"
+    " 'queued', 0, 0)"
+)
+
+
+def test_a_claim_writes_the_submission_row_and_nothing_else(storage: SqliteStorage) -> None:
+    # The row lives in its id's b-tree (no rowid table beside an index on id), and no index
+    # names a column a claim sets: queued|ready -> running is one b-tree entry rewritten.
+    assert btrees_written(storage, transitions._CLAIM) == ["tl_submissions"]
+    assert btrees_written(storage, transitions._MOVE) == ["tl_submissions"]
+    with pytest.raises(StorageError, match="rowid"):
+        storage.exec("SELECT rowid FROM tl_submissions")
+    # Crossing into or out of the dormant states moves the entry of the live index.
+    assert "tl_submissions_live" in btrees_written(storage, transitions._MOVE_ACROSS)
+
+
+def test_only_keyed_admissions_enter_the_idempotency_index(storage: SqliteStorage) -> None:
+    indexes = {row["name"]: row for row in storage.exec("PRAGMA index_list('tl_submissions')")}
+    key = indexes["tl_submissions_key"]
+    assert (key["unique"], key["partial"]) == (1, 1)
+    storage.exec(_THREAD, "t", 0, 0)
+    for seq in (1, 2, 3):
+        storage.exec(_ADMIT, f"s{seq}", seq, None)
+    storage.exec(_ADMIT, "s4", 4, "k")
+    with pytest.raises(StorageError, match="UNIQUE"):
+        storage.exec(_ADMIT, "s5", 5, "k")
+    keyed = storage.exec("SELECT id FROM tl_submissions INDEXED BY tl_submissions_key"
+                         " WHERE thread_id = 't' AND idempotency_key IS NOT NULL").rows
+    assert keyed == [{"id": "s4"}]
+
+
+@pytest.mark.parametrize("to", [s for s in SubmissionState if s is not SubmissionState.SETTLED])
+def test_dormant_follows_every_move(storage: SqliteStorage, to: SubmissionState) -> None:
+    storage.exec(_THREAD, "t", 0, 0)
+    for n, start in enumerate([s for s in SubmissionState if s is not SubmissionState.SETTLED]):
+        sid = f"{start.value}-{to.value}"
+        storage.exec(_ADMIT, sid, n + 1, None)
+        storage.exec("UPDATE tl_submissions SET state = ?, dormant = ? WHERE id = ?",
+                     start.value, int(start in transitions.DORMANT), sid)
+        assert transitions.move(storage, sid, state=start, revision=0, to=to, now=5)
+        dormant = storage.exec("SELECT dormant FROM tl_submissions WHERE id = ?", sid).scalar()
+        assert dormant == int(to in transitions.DORMANT), sid
+        live = {row["thread_id"] for row in storage.exec(ledger._LIVE_THREADS)}
+        assert live == ({"t"} if to not in transitions.DORMANT else set()), sid
+        assert transitions.settle(storage, sid, thread_id="t", state=to, revision=1,
+                                  outcome=Outcome.COMPLETED, now=6)
+        assert storage.exec("SELECT dormant FROM tl_submissions WHERE id = ?", sid).scalar() == 0
 
 
 def _append(storage: SqliteStorage, thread_id: str, n: int, now: int) -> int:
