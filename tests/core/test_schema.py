@@ -24,7 +24,7 @@ EXPECTED_TABLES = {
     "tl_history", "tl_waits", "tl_abort_intents", "tl_outbox", "tl_messages",
 }
 EXPECTED_INDEXES = {
-    "tl_lanes_due", "tl_submissions_open", "tl_submissions_live", "tl_waits_open",
+    "tl_lanes_due", "tl_submissions_open", "tl_waits_open",
     "tl_messages_pending",
 }
 
@@ -87,8 +87,8 @@ def test_check_constraints_refuse_bad_states(storage: SqliteStorage) -> None:
 
 def test_open_submission_scans_use_the_partial_index(storage: SqliteStorage) -> None:
     plan = storage.exec(
-        "EXPLAIN QUERY PLAN SELECT id FROM tl_submissions WHERE settled_at IS NULL "
-        "ORDER BY thread_id, seq"
+        "EXPLAIN QUERY PLAN SELECT DISTINCT thread_id FROM tl_submissions "
+        "WHERE settled_at IS NULL AND dormant = 0 ORDER BY thread_id"
     )
     assert any("tl_submissions_open" in row["detail"] for row in plan)
     plan = storage.exec(

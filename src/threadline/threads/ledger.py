@@ -35,21 +35,27 @@ from threadline.threads.model import (
 )
 from threadline.threads.ports import NATIVE, PUBLICATION, MutationGate, commit_fact
 
-# Both scans name exactly the predicate of the partial index tl_submissions_open, so their
-# cost follows open work, however much settled history the object holds. ``settled_at IS
-# NULL`` is ``state <> 'settled'`` (a CHECK ties them), said with a column no claim or move
-# touches, so those transitions leave the index alone.
+# Every scan names the predicate of the partial index tl_submissions_open (open work, keyed
+# dormant, thread, seq), so its cost follows open work, however much settled history the
+# object holds. ``settled_at IS NULL`` is ``state <> 'settled'`` (a CHECK ties them), said
+# with a column no claim or move touches, so those transitions leave the index alone; one
+# Thread's open work is the two ranges ``dormant IN (0, 1)``. INDEXED BY, because without
+# statistics the planner prefers the (thread_id, seq) key, which saves a sort of a few open
+# rows by reading every settled one.
 _SCAN_OPEN = (
     "SELECT id, thread_id, seq, agent, state, revision, attempts, not_before, lease_expires_at,"
-    " lease_owner FROM tl_submissions WHERE settled_at IS NULL ORDER BY thread_id, seq"
+    " lease_owner FROM tl_submissions INDEXED BY tl_submissions_open WHERE settled_at IS NULL"
+    " ORDER BY thread_id, seq"
 )
 _THREAD_OPEN = (
     "SELECT id, thread_id, seq, agent, state, revision, attempts, not_before, lease_expires_at,"
-    " lease_owner FROM tl_submissions WHERE settled_at IS NULL AND thread_id = ? ORDER BY seq"
+    " lease_owner FROM tl_submissions INDEXED BY tl_submissions_open"
+    " WHERE settled_at IS NULL AND dormant IN (0, 1)"
+    " AND thread_id = ? ORDER BY seq"
 )
-# Names exactly the predicate of the partial index tl_submissions_live: Threads with a head
-# that may be claimed, is running or is settling (open and not dormant: queued, ready,
-# running, terminalizing), however many others sleep on a timer.
+# The live range of the index (dormant = 0): Threads with a head that may be claimed, is
+# running or is settling (queued, ready, running, terminalizing), however many others sleep
+# on a timer or wait for the outside world.
 _LIVE_THREADS = (
     "SELECT DISTINCT thread_id FROM tl_submissions"
     " WHERE settled_at IS NULL AND dormant = 0 ORDER BY thread_id"
@@ -155,8 +161,9 @@ class Ledger:
     def live_threads(self) -> list[str]:
         """Threads with a submission that is queued, ready, running or terminalizing.
 
-        Read through the partial index ``tl_submissions_live``: suspended, Unknown and joined
-        submissions are not visited, so the cost follows live work, not sleeping Threads.
+        Read through the live range of the partial index ``tl_submissions_open``: suspended,
+        Unknown and joined submissions are not visited, so the cost follows live work, not
+        sleeping Threads.
         """
         return [str(row["thread_id"]) for row in self.storage.exec(_LIVE_THREADS)]
 

@@ -21,7 +21,9 @@ _THREAD_COLUMNS = (
     "SELECT t.id, t.next_seq, t.created_at,"
     " COALESCE(h.seq, 0) AS history_seq, MAX(t.updated_at, COALESCE(h.created_at, 0))"
     " AS updated_at,"
-    " (SELECT COUNT(*) FROM tl_submissions s WHERE s.thread_id = t.id AND s.settled_at IS NULL)"
+    " (SELECT COUNT(*) FROM tl_submissions s INDEXED BY tl_submissions_open"
+    " WHERE s.thread_id = t.id AND s.settled_at IS NULL"
+    " AND s.dormant IN (0, 1))"
     " AS open_count FROM tl_threads t LEFT JOIN tl_history h ON h.thread_id = t.id"
     " AND h.seq = (SELECT MAX(seq) FROM tl_history WHERE thread_id = t.id)"
 )
@@ -30,8 +32,9 @@ _THREAD = _THREAD_COLUMNS + " WHERE t.id = ?"
 # The same predicate as the partial index tl_submissions_open: it reads open work only.
 _OPEN_PAGE = (
     "SELECT id, thread_id, seq, agent, state, revision, attempts, not_before, lease_expires_at,"
-    " lease_owner FROM tl_submissions WHERE settled_at IS NULL AND thread_id = ? ORDER BY seq"
-    " LIMIT ?"
+    " lease_owner FROM tl_submissions INDEXED BY tl_submissions_open"
+    " WHERE settled_at IS NULL AND dormant IN (0, 1)"
+    " AND thread_id = ? ORDER BY seq LIMIT ?"
 )
 _KEYED_AGENT = "SELECT agent FROM tl_submissions WHERE thread_id = ? AND idempotency_key = ?"
 _LATEST_AGENT = "SELECT agent FROM tl_submissions WHERE thread_id = ? ORDER BY seq DESC LIMIT 1"

@@ -42,7 +42,8 @@ def test_claims_and_moves_leave_the_open_work_index_alone(storage: SqliteStorage
 
 def test_open_work_is_read_through_its_index(storage: SqliteStorage) -> None:
     # The predicate the reads name must be the index's own, or they scan settled history.
-    for sql in (ledger._SCAN_OPEN, ledger._THREAD_OPEN, views._OPEN_PAGE, views._THREAD):
+    for sql in (ledger._SCAN_OPEN, ledger._THREAD_OPEN, ledger._LIVE_THREADS, views._OPEN_PAGE,
+                views._THREAD):
         plan = storage.exec("EXPLAIN QUERY PLAN " + sql, *([None] * sql.count("?"))).rows
         assert any("tl_submissions_open" in row["detail"] for row in plan), sql
 
@@ -61,8 +62,18 @@ def test_a_claim_writes_the_submission_row_and_nothing_else(storage: SqliteStora
     assert btrees_written(storage, transitions._MOVE) == ["tl_submissions"]
     with pytest.raises(StorageError, match="rowid"):
         storage.exec("SELECT rowid FROM tl_submissions")
-    # Crossing into or out of the dormant states moves the entry of the live index.
-    assert "tl_submissions_live" in btrees_written(storage, transitions._MOVE_ACROSS)
+    # Crossing into or out of the dormant states moves the entry of the open-work index.
+    assert "tl_submissions_open" in btrees_written(storage, transitions._MOVE_ACROSS)
+
+
+def test_an_admission_writes_its_row_and_three_index_entries_at_most(
+    storage: SqliteStorage,
+) -> None:
+    # The row, UNIQUE (thread_id, seq), the open-work index, and the idempotency key's index
+    # only when there is a key: one open-work index serves both the pass and the views.
+    written = set(btrees_written(storage, ledger._INSERT))
+    assert len(written) == 4
+    assert {"tl_submissions", "tl_submissions_key", "tl_submissions_open"} < written
 
 
 def test_only_keyed_admissions_enter_the_idempotency_index(storage: SqliteStorage) -> None:
