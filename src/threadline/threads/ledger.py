@@ -38,10 +38,11 @@ from threadline.threads.ports import NATIVE, PUBLICATION, MutationGate, commit_f
 # Every scan names the predicate of the partial index tl_submissions_open (open work, keyed
 # dormant, thread, seq), so its cost follows open work, however much settled history the
 # object holds. ``settled_at IS NULL`` is ``state <> 'settled'`` (a CHECK ties them), said
-# with a column no claim or move touches, so those transitions leave the index alone; one
-# Thread's open work is the two ranges ``dormant IN (0, 1)``. INDEXED BY, because without
-# statistics the planner prefers the (thread_id, seq) key, which saves a sort of a few open
-# rows by reading every settled one.
+# with a column no claim or move touches, so those transitions leave the index alone. One
+# Thread's open work is two ranges (dormant 0, then 1), sorted into FIFO order in Python: an
+# IN list or an ORDER BY would make workerd bill the rows of a temporary table besides.
+# INDEXED BY, because without statistics the planner prefers the (thread_id, seq) key, which
+# saves that sort by reading every settled submission of the Thread.
 _SCAN_OPEN = (
     "SELECT id, thread_id, seq, agent, state, revision, attempts, not_before, lease_expires_at,"
     " lease_owner FROM tl_submissions INDEXED BY tl_submissions_open WHERE settled_at IS NULL"
@@ -50,8 +51,11 @@ _SCAN_OPEN = (
 _THREAD_OPEN = (
     "SELECT id, thread_id, seq, agent, state, revision, attempts, not_before, lease_expires_at,"
     " lease_owner FROM tl_submissions INDEXED BY tl_submissions_open"
-    " WHERE settled_at IS NULL AND dormant IN (0, 1)"
-    " AND thread_id = ? ORDER BY seq"
+    " WHERE settled_at IS NULL AND dormant = 0 AND thread_id = ?"
+    " UNION ALL "
+    "SELECT id, thread_id, seq, agent, state, revision, attempts, not_before, lease_expires_at,"
+    " lease_owner FROM tl_submissions INDEXED BY tl_submissions_open"
+    " WHERE settled_at IS NULL AND dormant = 1 AND thread_id = ?"
 )
 # The live range of the index (dormant = 0): Threads with a head that may be claimed, is
 # running or is settling (queued, ready, running, terminalizing), however many others sleep
@@ -156,7 +160,9 @@ class Ledger:
 
     def thread_open(self, thread_id: str) -> list[WorkItem]:
         """The open submissions of one Thread in FIFO order."""
-        return [work_item(row) for row in self.storage.exec(_THREAD_OPEN, thread_id)]
+        rows = self.storage.exec(_THREAD_OPEN, thread_id, thread_id)
+        items = [work_item(row) for row in rows]
+        return sorted(items, key=lambda item: item.seq)
 
     def live_threads(self) -> list[str]:
         """Threads with a submission that is queued, ready, running or terminalizing.

@@ -12,11 +12,10 @@ from threadline.storage.port import Row, Storage
 from threadline.threads.ledger import work_item
 from threadline.threads.model import JsonValue, WorkItem, decode_json
 
-# The open count reads the partial index tl_submissions_open, so it follows open work only.
 # The newest history record is one seek at the end of the Thread's primary-key range: its seq
 # and its time (appending a record writes no tl_threads row, so the row's updated_at is the
 # last admission). The open count reads the partial index tl_submissions_open, so it follows
-# open work only.
+# open work only (API reads: the IN list costs workerd two rows read more than two ranges).
 _THREAD_COLUMNS = (
     "SELECT t.id, t.next_seq, t.created_at,"
     " COALESCE(h.seq, 0) AS history_seq, MAX(t.updated_at, COALESCE(h.created_at, 0))"

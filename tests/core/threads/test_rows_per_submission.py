@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import pytest
 
+from threadline.app import Application
+from threadline.clock import ManualClock
 from threadline.errors import StorageError
 from threadline.storage import SqliteStorage
+from threadline.testing import ThreadHarness
 from threadline.threads import ledger, outbox, transitions, views
 from threadline.threads.model import Outcome, SubmissionState
 
@@ -53,6 +56,22 @@ _ADMIT = (
     " input_digest, state, created_at, updated_at) VALUES (?, 't', ?, 'a', ?, '{}', 'd',"
     " 'queued', 0, 0)"
 )
+
+
+def test_the_pass_reads_a_threads_open_work_as_two_ranges_without_a_sort(
+    storage: SqliteStorage, clock: ManualClock
+) -> None:
+    # An IN list is a table workerd bills the rows of, and a sort reads its rows again: the
+    # pass asks for one Thread's open work several times per event.
+    program = storage.exec("EXPLAIN " + ledger._THREAD_OPEN, None, None).rows
+    assert not {"OpenEphemeral", "SorterOpen"} & {op["opcode"] for op in program}
+    storage.exec(_THREAD, "t", 0, 0)
+    for seq in (1, 2, 3):
+        storage.exec(_ADMIT, f"s{seq}", seq, None)
+    storage.exec("UPDATE tl_submissions SET state = 'suspended', dormant = 1 WHERE id = 's1'")
+    harness = ThreadHarness(storage, clock, Application)
+    # The dormant head comes from the second range, yet the Thread's work is in FIFO order.
+    assert [item.seq for item in harness.runtime.ledger.thread_open("t")] == [1, 2, 3]
 
 
 def test_a_claim_writes_the_submission_row_and_nothing_else(storage: SqliteStorage) -> None:

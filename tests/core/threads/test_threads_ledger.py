@@ -186,7 +186,7 @@ def test_scan_uses_the_open_work_index(storage: SqliteStorage) -> None:
 
     plan = storage.exec("EXPLAIN QUERY PLAN " + ledger._SCAN_OPEN).rows
     assert any("tl_submissions_open" in str(row["detail"]) for row in plan), plan
-    plan = storage.exec("EXPLAIN QUERY PLAN " + ledger._THREAD_OPEN, "t").rows
+    plan = storage.exec("EXPLAIN QUERY PLAN " + ledger._THREAD_OPEN, "t", "t").rows
     assert any("tl_submissions_open" in str(row["detail"]) for row in plan), plan
 
 
