@@ -356,10 +356,37 @@ _ONE_OPEN_INDEX = (
         WHERE settled_at IS NULL""",
 )
 
+# One b-tree per outbox row instead of two: record_id is no longer UNIQUE. Each publisher
+# writes a given id once by its own constraint, in the transaction of the fact it reports: a
+# history record's id is UNIQUE in tl_history, a settlement is a compare-and-set, an approval
+# request comes with its wait, UNIQUE (submission_id, kind, wait_key) in tl_waits. Delivery is
+# at least once and deduplicated by id downstream in any case. The table is renamed, recreated
+# and copied with every seq kept; nothing references it.
+_LEAN_OUTBOX = (
+    "ALTER TABLE tl_outbox RENAME TO tl_outbox_old",
+    """CREATE TABLE tl_outbox (
+        seq INTEGER PRIMARY KEY,
+        record_id TEXT NOT NULL,
+        thread_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        body_json TEXT NOT NULL,
+        state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'delivered')),
+        attempts INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+        created_at INTEGER NOT NULL,
+        delivered_at INTEGER,
+        CHECK ((state = 'delivered') = (delivered_at IS NOT NULL))
+    )""",
+    """INSERT INTO tl_outbox (seq, record_id, thread_id, kind, body_json, state, attempts,
+        created_at, delivered_at)
+    SELECT seq, record_id, thread_id, kind, body_json, state, attempts, created_at, delivered_at
+    FROM tl_outbox_old""",
+    "DROP TABLE tl_outbox_old",
+)
+
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
 MIGRATIONS: list[tuple[str, ...]] = [
     _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS, _OPEN_UNTIL_SETTLED,
-    _LEAN_SUBMISSIONS, _ONE_OPEN_INDEX,
+    _LEAN_SUBMISSIONS, _ONE_OPEN_INDEX, _LEAN_OUTBOX,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

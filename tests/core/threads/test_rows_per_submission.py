@@ -128,6 +128,10 @@ def test_dormant_follows_every_move(storage: SqliteStorage, to: SubmissionState)
         assert storage.exec("SELECT dormant FROM tl_submissions WHERE id = ?", sid).scalar() == 0
 
 
+def test_an_outbox_row_is_one_b_tree_entry(storage: SqliteStorage) -> None:
+    assert btrees_written(storage, outbox._INSERT_OUTBOX) == ["tl_outbox"]
+
+
 def _append(storage: SqliteStorage, thread_id: str, n: int, now: int) -> int:
     return outbox.append_history(
         storage, record_id=f"{thread_id}:r{n}", thread_id=thread_id, submission_id=None,
