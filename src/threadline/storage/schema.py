@@ -264,11 +264,13 @@ _LEAN_ROWS = (
     "DROP TABLE tl_outbox_old",
 )
 
-# Retired without a migration: tl_threads.history_seq (and the updated_at bump that came with
-# it) is no longer written when a record is appended. The newest record's seq and time are read
-# from the end of the Thread's tl_history key instead, one row read instead of a row written
-# per record; the column stays, holding whatever it last held, because SQLite drops a column
-# only from 3.35 on.
+# Retired without a migration: tl_threads.history_seq and tl_threads.next_seq (and the
+# updated_at bumps that came with them) are no longer written when a record is appended or a
+# submission admitted; a Thread's row is written by its first admission only. The newest
+# record's and submission's seq and time are read from the end of the Thread's tl_history and
+# UNIQUE (thread_id, seq) keys instead, one row read instead of a row written each time. The
+# columns stay, holding whatever they last held, because SQLite drops a column only from 3.35
+# on.
 
 # Open work keyed on settled_at (NULL exactly while open, by a CHECK of tl_submissions) instead
 # of state: an UPDATE rewrites a partial index when it sets a column the index's WHERE names,

@@ -66,11 +66,16 @@ _LIVE_THREADS = (
 )
 _BY_ID = "SELECT * FROM tl_submissions WHERE id = ?"
 _BY_KEY = "SELECT * FROM tl_submissions WHERE thread_id = ? AND idempotency_key = ?"
-_NEXT_SEQ = (
-    "INSERT INTO tl_threads (id, next_seq, created_at, updated_at) VALUES (?, 2, ?, ?)"
-    " ON CONFLICT (id) DO UPDATE SET next_seq = next_seq + 1, updated_at = excluded.updated_at"
-    " RETURNING next_seq - 1 AS seq"
+# A Thread's row is written once, by its first admission; later ones find it and write
+# nothing there. The next seq is one seek at the end of the Thread's UNIQUE (thread_id, seq)
+# range, instead of a counter row rewritten per admission: the read and the insert after it
+# run in one synchronous transaction of the object, and the unique key would refuse a
+# duplicate seq if anything ever took the same one.
+_CREATE_THREAD = (
+    "INSERT INTO tl_threads (id, created_at, updated_at) VALUES (?, ?, ?)"
+    " ON CONFLICT (id) DO NOTHING"
 )
+_NEXT_SEQ = "SELECT COALESCE(MAX(seq), 0) + 1 AS seq FROM tl_submissions WHERE thread_id = ?"
 _INSERT = (
     "INSERT INTO tl_submissions (id, thread_id, seq, agent, idempotency_key, input_json,"
     " input_digest, state, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?)"
@@ -225,7 +230,8 @@ class Ledger:
                 if again is not None:
                     return Admission(again, created=False)
             now = self.clock.now_ms()
-            seq = int(self.storage.exec(_NEXT_SEQ, thread_id, now, now).one()["seq"])
+            self.storage.exec(_CREATE_THREAD, thread_id, now, now)
+            seq = int(self.storage.exec(_NEXT_SEQ, thread_id).one()["seq"])
             self.storage.exec(
                 _INSERT, submission_id, thread_id, seq, agent, idempotency_key, input_json,
                 input_digest, now, now,

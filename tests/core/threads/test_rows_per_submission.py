@@ -13,6 +13,7 @@ from threadline.app import Application
 from threadline.clock import ManualClock
 from threadline.errors import StorageError
 from threadline.storage import SqliteStorage
+from threadline.storage.port import Rows
 from threadline.testing import ThreadHarness
 from threadline.threads import ledger, outbox, transitions, views
 from threadline.threads.model import Outcome, SubmissionState
@@ -130,6 +131,39 @@ def test_dormant_follows_every_move(storage: SqliteStorage, to: SubmissionState)
 
 def test_an_outbox_row_is_one_b_tree_entry(storage: SqliteStorage) -> None:
     assert btrees_written(storage, outbox._INSERT_OUTBOX) == ["tl_outbox"]
+
+
+def test_only_a_threads_first_admission_writes_its_row(
+    storage: SqliteStorage, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = Application()
+
+    @app.agent("echo")
+    async def echo(turn: object) -> object:
+        return None
+
+    harness = ThreadHarness(storage, clock, lambda: app)
+    first = harness.admit("t", 1, agent="echo")
+    clock.advance(5)
+    written: list[str] = []
+    run = storage.exec
+
+    def spy(sql: str, *params: object) -> Rows:
+        rows = run(sql, *params)  # type: ignore[arg-type]
+        if rows.changed and "tl_threads" in sql:
+            written.append(sql)
+        return rows
+
+    monkeypatch.setattr(storage, "exec", spy)
+    second = harness.admit("t", 2, agent="echo")
+    third = harness.admit("u", 3, agent="echo")
+    assert (first.seq, second.seq, third.seq) == (1, 2, 1)
+    assert written == [ledger._CREATE_THREAD]  # Thread u's, not t's
+    record = views.thread(storage, "t")
+    assert record is not None
+    assert (record.submissions, record.created_at, record.updated_at) == (
+        2, first.created_at, second.created_at)
+    assert [t.submissions for t in views.threads_page(storage, after=None, limit=5)] == [2, 1]
 
 
 def _append(storage: SqliteStorage, thread_id: str, n: int, now: int) -> int:
