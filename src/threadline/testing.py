@@ -631,9 +631,9 @@ class ThreadHarness:
 class SettlementLog:
     """Counts every settle transition that reported success, per submission.
 
-    The outbox record of a settlement has a unique id written with ``ON CONFLICT DO NOTHING``,
-    so counting those rows can only ever show 0 or 1. This log wraps the transition itself:
-    a second settlement of one submission shows here as 2.
+    Counting outbox rows shows a second settlement only once it got as far as publishing.
+    This log wraps the transition itself: a second settlement of one submission that reported
+    success shows here as 2.
     """
 
     def __init__(self) -> None:

@@ -2,7 +2,7 @@ import re
 
 import pytest
 
-from threadline.errors import SchemaError
+from threadline.errors import SchemaError, StorageError
 from threadline.storage import MIGRATIONS, SCHEMA_VERSION, SqliteStorage, migrate, schema_version
 from threadline.storage import schema as schema_module
 
@@ -24,7 +24,7 @@ EXPECTED_TABLES = {
     "tl_history", "tl_waits", "tl_abort_intents", "tl_outbox", "tl_messages",
 }
 EXPECTED_INDEXES = {
-    "tl_lanes_due", "tl_submissions_open", "tl_submissions_live", "tl_waits_open",
+    "tl_lanes_due", "tl_submissions_open", "tl_waits_open",
     "tl_messages_pending",
 }
 
@@ -63,8 +63,6 @@ def test_new_object_starts_dirty(storage: SqliteStorage) -> None:
 
 
 def test_check_constraints_refuse_bad_states(storage: SqliteStorage) -> None:
-    from threadline.errors import StorageError
-
     with pytest.raises(StorageError, match="CHECK"):
         storage.exec("INSERT INTO tl_lanes (id, state) VALUES ('x', 'sleeping')")
     with pytest.raises(StorageError, match="CHECK"):
@@ -89,8 +87,8 @@ def test_check_constraints_refuse_bad_states(storage: SqliteStorage) -> None:
 
 def test_open_submission_scans_use_the_partial_index(storage: SqliteStorage) -> None:
     plan = storage.exec(
-        "EXPLAIN QUERY PLAN SELECT id FROM tl_submissions WHERE state <> 'settled' "
-        "ORDER BY thread_id, seq"
+        "EXPLAIN QUERY PLAN SELECT DISTINCT thread_id FROM tl_submissions "
+        "WHERE settled_at IS NULL AND dormant = 0 ORDER BY thread_id"
     )
     assert any("tl_submissions_open" in row["detail"] for row in plan)
     plan = storage.exec(
@@ -235,3 +233,45 @@ def test_lean_rows_migration_keeps_every_outbox_record_and_pass_report() -> None
                  " VALUES ('r4', 't', 'record', '{}', 14)")
     assert storage.exec("SELECT seq FROM tl_outbox WHERE record_id = 'r4'").scalar() == 4
     assert storage.exec("SELECT max(seq) FROM tl_pass_reports").scalar() == 3
+
+
+def test_lean_submissions_rebuild_keeps_every_row_and_its_foreign_keys() -> None:
+    rebuild = MIGRATIONS.index(schema_module._LEAN_SUBMISSIONS)
+    storage = SqliteStorage(":memory:")  # foreign keys are enforced, as on workerd
+    migrate(storage, target=rebuild)
+    storage.exec("INSERT INTO tl_threads (id, created_at, updated_at) VALUES ('t', 1, 1)")
+    states = ["queued", "ready", "running", "suspended", "unknown", "joined", "terminalizing",
+              "settled"]
+    for seq, state in enumerate(states, start=1):
+        settled = state == "settled"
+        storage.exec(
+            "INSERT INTO tl_submissions (id, thread_id, seq, agent, idempotency_key, input_json,"
+            " input_digest, state, outcome, result_json, attempts, revision, lease_owner,"
+            " lease_expires_at, not_before, created_at, updated_at, settled_at)"
+            " VALUES (?, 't', ?, 'echo', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"s{seq}", seq, f"k{seq}" if seq % 2 else None, f'{{"n":{seq}}}', f"d{seq}", state,
+            "completed" if settled else None, '"ok"' if settled else None, seq, 2 * seq,
+            "lease" if state == "running" else None, 99 if state == "running" else None,
+            7 if state == "ready" else None, 10 + seq, 20 + seq, 30 if settled else None)
+        storage.exec(
+            "INSERT INTO tl_journal (submission_id, step_key, position, effect, state, attempt,"
+            " started_at) VALUES (?, 'step', 0, 'idempotent', 'started', 1, 5)", f"s{seq}")
+    storage.exec("INSERT INTO tl_waits (id, submission_id, kind, wait_key, state, wake_at,"
+                 " created_at) VALUES ('w', 's4', 'timer', 'nap', 'open', 50, 5)")
+    storage.exec("INSERT INTO tl_abort_intents (submission_id, state, requested_at)"
+                 " VALUES ('s3', 'accepted', 6)")
+    before = storage.exec("SELECT * FROM tl_submissions ORDER BY id").rows
+    assert migrate(storage) == SCHEMA_VERSION - rebuild
+    after = storage.exec("SELECT * FROM tl_submissions ORDER BY id").rows
+    assert [{k: v for k, v in row.items() if k != "dormant"} for row in after] == before
+    assert {row["state"]: row["dormant"] for row in after} == {
+        state: int(state in ("suspended", "unknown", "joined")) for state in states}
+    assert storage.exec("PRAGMA foreign_key_check").rows == []
+    assert "tl_submissions_copy" not in {row["name"] for row in storage.exec(
+        "SELECT name FROM sqlite_master")}
+    # The children's keys point at the rebuilt table: a referenced row cannot go.
+    with pytest.raises(StorageError, match="FOREIGN KEY"):
+        storage.exec("DELETE FROM tl_submissions WHERE id = 's4'")
+    live = storage.exec("SELECT id FROM tl_submissions WHERE settled_at IS NULL AND dormant = 0"
+                        " ORDER BY seq").rows
+    assert [row["id"] for row in live] == ["s1", "s2", "s3", "s7"]

@@ -104,3 +104,6 @@ def test_crash_evict_recover(
         assert effects.count(step) == before + again + 1, (step, journal, at_crash)
     history = storage.exec("SELECT submission_id FROM tl_history ORDER BY seq").rows
     assert [row["submission_id"] for row in history] == [first.id, second.id]
+    # Each published id once: the outbox leaves that to the facts it reports.
+    published = [row["record_id"] for row in storage.exec("SELECT record_id FROM tl_outbox")]
+    assert sorted(published) == sorted(set(published)) and len(published) == 4

@@ -264,9 +264,131 @@ _LEAN_ROWS = (
     "DROP TABLE tl_outbox_old",
 )
 
+# Retired without a migration: tl_threads.history_seq and tl_threads.next_seq (and the
+# updated_at bumps that came with them) are no longer written when a record is appended or a
+# submission admitted; a Thread's row is written by its first admission only. The newest
+# record's and submission's seq and time are read from the end of the Thread's tl_history and
+# UNIQUE (thread_id, seq) keys instead, one row read instead of a row written each time. The
+# columns stay, holding whatever they last held, because SQLite drops a column only from 3.35
+# on.
+
+# Open work keyed on settled_at (NULL exactly while open, by a CHECK of tl_submissions) instead
+# of state: an UPDATE rewrites a partial index when it sets a column the index's WHERE names,
+# and every claim and move sets state, while only settling sets settled_at. The index then
+# costs one entry written per admission, not one more per transition.
+_OPEN_UNTIL_SETTLED = (
+    "DROP INDEX tl_submissions_open",
+    """CREATE INDEX tl_submissions_open ON tl_submissions (thread_id, seq)
+        WHERE settled_at IS NULL""",
+)
+
+# Fewer b-trees per admission and per claim (each entry is a billed row written):
+# - WITHOUT ROWID: the row lives in its id's b-tree, instead of a rowid table plus an index
+#   on id.
+# - The idempotency-key uniqueness holds for keyed submissions only (two NULL keys never
+#   collided anyway), so an unkeyed admission writes no entry for it.
+# - ``dormant`` is 1 exactly while the submission waits on the outside world (suspended,
+#   unknown, joined): a CHECK ties it to state, and a transition sets it only when it crosses
+#   that line. The live index names it and settled_at instead of state, so a claim (queued or
+#   ready -> running) rewrites no index entry at all.
+# SQLite cannot change any of this in place. tl_journal, tl_waits and tl_abort_intents keep
+# foreign keys to tl_submissions, which are enforced here and cannot be switched off inside
+# the migration's transaction; renaming the table would repoint those keys at the old name.
+# So the rows are copied aside, the table dropped and recreated under its own name, and the
+# rows copied back, with foreign-key checks deferred to the commit: a child left without its
+# submission fails the commit, and the migration with it. (On workerd, where a transaction is
+# a savepoint of the event's implicit transaction, the deferral lasts until that commits, and
+# a violation there rolls the object back to its last good state.)
+_LEAN_SUBMISSIONS = (
+    "PRAGMA defer_foreign_keys = ON",
+    "CREATE TABLE tl_submissions_copy AS SELECT * FROM tl_submissions",
+    "DROP TABLE tl_submissions",
+    """CREATE TABLE tl_submissions (
+        id TEXT PRIMARY KEY NOT NULL,
+        thread_id TEXT NOT NULL REFERENCES tl_threads (id),
+        seq INTEGER NOT NULL CHECK (seq >= 1),
+        agent TEXT NOT NULL,
+        idempotency_key TEXT,
+        input_json TEXT NOT NULL,
+        input_digest TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN (
+            'queued', 'ready', 'running', 'suspended', 'unknown', 'joined',
+            'terminalizing', 'settled')),
+        dormant INTEGER NOT NULL DEFAULT 0
+            CHECK (dormant = (state IN ('suspended', 'unknown', 'joined'))),
+        outcome TEXT CHECK (outcome IS NULL OR outcome IN ('completed', 'failed', 'aborted')),
+        result_json TEXT,
+        error_json TEXT,
+        attempts INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+        revision INTEGER NOT NULL DEFAULT 0 CHECK (revision >= 0),
+        lease_owner TEXT,
+        lease_expires_at INTEGER,
+        not_before INTEGER,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        settled_at INTEGER,
+        CHECK ((state = 'settled') = (outcome IS NOT NULL)),
+        CHECK ((state = 'settled') = (settled_at IS NOT NULL)),
+        CHECK ((lease_owner IS NULL) = (lease_expires_at IS NULL)),
+        UNIQUE (thread_id, seq)
+    ) WITHOUT ROWID""",
+    """INSERT INTO tl_submissions (id, thread_id, seq, agent, idempotency_key, input_json,
+        input_digest, state, dormant, outcome, result_json, error_json, attempts, revision,
+        lease_owner, lease_expires_at, not_before, created_at, updated_at, settled_at)
+    SELECT id, thread_id, seq, agent, idempotency_key, input_json, input_digest, state,
+        state IN ('suspended', 'unknown', 'joined'), outcome, result_json, error_json, attempts,
+        revision, lease_owner, lease_expires_at, not_before, created_at, updated_at, settled_at
+    FROM tl_submissions_copy""",
+    "DROP TABLE tl_submissions_copy",
+    """CREATE UNIQUE INDEX tl_submissions_key ON tl_submissions (thread_id, idempotency_key)
+        WHERE idempotency_key IS NOT NULL""",
+    """CREATE INDEX tl_submissions_open ON tl_submissions (thread_id, seq)
+        WHERE settled_at IS NULL""",
+    """CREATE INDEX tl_submissions_live ON tl_submissions (thread_id, seq)
+        WHERE settled_at IS NULL AND dormant = 0""",
+)
+
+# One open-work index instead of two: led by ``dormant``, its live part (dormant = 0) is a
+# contiguous range the pass reads without visiting sleeping Threads, and one Thread's open
+# work is two seeks (dormant 0 and 1). An admission writes one entry for it instead of two.
+_ONE_OPEN_INDEX = (
+    "DROP INDEX tl_submissions_live",
+    "DROP INDEX tl_submissions_open",
+    """CREATE INDEX tl_submissions_open ON tl_submissions (dormant, thread_id, seq)
+        WHERE settled_at IS NULL""",
+)
+
+# One b-tree per outbox row instead of two: record_id is no longer UNIQUE. Each publisher
+# writes a given id once by its own constraint, in the transaction of the fact it reports: a
+# history record's id is UNIQUE in tl_history, a settlement is a compare-and-set, an approval
+# request comes with its wait, UNIQUE (submission_id, kind, wait_key) in tl_waits. Delivery is
+# at least once and deduplicated by id downstream in any case. The table is renamed, recreated
+# and copied with every seq kept; nothing references it.
+_LEAN_OUTBOX = (
+    "ALTER TABLE tl_outbox RENAME TO tl_outbox_old",
+    """CREATE TABLE tl_outbox (
+        seq INTEGER PRIMARY KEY,
+        record_id TEXT NOT NULL,
+        thread_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        body_json TEXT NOT NULL,
+        state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'delivered')),
+        attempts INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+        created_at INTEGER NOT NULL,
+        delivered_at INTEGER,
+        CHECK ((state = 'delivered') = (delivered_at IS NOT NULL))
+    )""",
+    """INSERT INTO tl_outbox (seq, record_id, thread_id, kind, body_json, state, attempts,
+        created_at, delivered_at)
+    SELECT seq, record_id, thread_id, kind, body_json, state, attempts, created_at, delivered_at
+    FROM tl_outbox_old""",
+    "DROP TABLE tl_outbox_old",
+)
+
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
 MIGRATIONS: list[tuple[str, ...]] = [
-    _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS,
+    _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS, _OPEN_UNTIL_SETTLED,
+    _LEAN_SUBMISSIONS, _ONE_OPEN_INDEX, _LEAN_OUTBOX,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

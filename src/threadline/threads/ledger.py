@@ -35,29 +35,47 @@ from threadline.threads.model import (
 )
 from threadline.threads.ports import NATIVE, PUBLICATION, MutationGate, commit_fact
 
-# Both scans name exactly the predicate of the partial index tl_submissions_open, so their
-# cost follows open work, however much settled history the object holds.
+# Every scan names the predicate of the partial index tl_submissions_open (open work, keyed
+# dormant, thread, seq), so its cost follows open work, however much settled history the
+# object holds. ``settled_at IS NULL`` is ``state <> 'settled'`` (a CHECK ties them), said
+# with a column no claim or move touches, so those transitions leave the index alone. One
+# Thread's open work is two ranges (dormant 0, then 1), sorted into FIFO order in Python: an
+# IN list or an ORDER BY would make workerd bill the rows of a temporary table besides.
+# INDEXED BY, because without statistics the planner prefers the (thread_id, seq) key, which
+# saves that sort by reading every settled submission of the Thread.
 _SCAN_OPEN = (
     "SELECT id, thread_id, seq, agent, state, revision, attempts, not_before, lease_expires_at,"
-    " lease_owner FROM tl_submissions WHERE state <> 'settled' ORDER BY thread_id, seq"
+    " lease_owner FROM tl_submissions INDEXED BY tl_submissions_open WHERE settled_at IS NULL"
+    " ORDER BY thread_id, seq"
 )
 _THREAD_OPEN = (
     "SELECT id, thread_id, seq, agent, state, revision, attempts, not_before, lease_expires_at,"
-    " lease_owner FROM tl_submissions WHERE state <> 'settled' AND thread_id = ? ORDER BY seq"
+    " lease_owner FROM tl_submissions INDEXED BY tl_submissions_open"
+    " WHERE settled_at IS NULL AND dormant = 0 AND thread_id = ?"
+    " UNION ALL "
+    "SELECT id, thread_id, seq, agent, state, revision, attempts, not_before, lease_expires_at,"
+    " lease_owner FROM tl_submissions INDEXED BY tl_submissions_open"
+    " WHERE settled_at IS NULL AND dormant = 1 AND thread_id = ?"
 )
-# Names exactly the predicate of the partial index tl_submissions_live: Threads with a head
-# that may be claimed, is running or is settling, however many others sleep on a timer.
+# The live range of the index (dormant = 0): Threads with a head that may be claimed, is
+# running or is settling (queued, ready, running, terminalizing), however many others sleep
+# on a timer or wait for the outside world.
 _LIVE_THREADS = (
     "SELECT DISTINCT thread_id FROM tl_submissions"
-    " WHERE state IN ('queued', 'ready', 'running', 'terminalizing') ORDER BY thread_id"
+    " WHERE settled_at IS NULL AND dormant = 0 ORDER BY thread_id"
 )
 _BY_ID = "SELECT * FROM tl_submissions WHERE id = ?"
 _BY_KEY = "SELECT * FROM tl_submissions WHERE thread_id = ? AND idempotency_key = ?"
-_NEXT_SEQ = (
-    "INSERT INTO tl_threads (id, next_seq, created_at, updated_at) VALUES (?, 2, ?, ?)"
-    " ON CONFLICT (id) DO UPDATE SET next_seq = next_seq + 1, updated_at = excluded.updated_at"
-    " RETURNING next_seq - 1 AS seq"
+# A Thread's row is written once, by its first admission; later ones find it and write
+# nothing there. The next seq is one seek at the end of the Thread's UNIQUE (thread_id, seq)
+# range, instead of a counter row rewritten per admission: the read and the insert after it
+# run in one synchronous transaction of the object, and the unique key would refuse a
+# duplicate seq if anything ever took the same one.
+_CREATE_THREAD = (
+    "INSERT INTO tl_threads (id, created_at, updated_at) VALUES (?, ?, ?)"
+    " ON CONFLICT (id) DO NOTHING"
 )
+_NEXT_SEQ = "SELECT COALESCE(MAX(seq), 0) + 1 AS seq FROM tl_submissions WHERE thread_id = ?"
 _INSERT = (
     "INSERT INTO tl_submissions (id, thread_id, seq, agent, idempotency_key, input_json,"
     " input_digest, state, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?)"
@@ -147,13 +165,16 @@ class Ledger:
 
     def thread_open(self, thread_id: str) -> list[WorkItem]:
         """The open submissions of one Thread in FIFO order."""
-        return [work_item(row) for row in self.storage.exec(_THREAD_OPEN, thread_id)]
+        rows = self.storage.exec(_THREAD_OPEN, thread_id, thread_id)
+        items = [work_item(row) for row in rows]
+        return sorted(items, key=lambda item: item.seq)
 
     def live_threads(self) -> list[str]:
         """Threads with a submission that is queued, ready, running or terminalizing.
 
-        Read through the partial index ``tl_submissions_live``: suspended, Unknown and joined
-        submissions are not visited, so the cost follows live work, not sleeping Threads.
+        Read through the live range of the partial index ``tl_submissions_open``: suspended,
+        Unknown and joined submissions are not visited, so the cost follows live work, not
+        sleeping Threads.
         """
         return [str(row["thread_id"]) for row in self.storage.exec(_LIVE_THREADS)]
 
@@ -209,7 +230,8 @@ class Ledger:
                 if again is not None:
                     return Admission(again, created=False)
             now = self.clock.now_ms()
-            seq = int(self.storage.exec(_NEXT_SEQ, thread_id, now, now).one()["seq"])
+            self.storage.exec(_CREATE_THREAD, thread_id, now, now)
+            seq = int(self.storage.exec(_NEXT_SEQ, thread_id).one()["seq"])
             self.storage.exec(
                 _INSERT, submission_id, thread_id, seq, agent, idempotency_key, input_json,
                 input_digest, now, now,

@@ -11,10 +11,12 @@ from __future__ import annotations
 from threadline.storage.port import Storage
 
 _HISTORY_EXISTS = "SELECT 1 AS present FROM tl_history WHERE record_id = ?"
-_OUTBOX_EXISTS = "SELECT 1 AS present FROM tl_outbox WHERE record_id = ?"
+# One seek at the end of the Thread's primary-key range: a read instead of a counter row to
+# rewrite per record. The read and the insert after it run in one synchronous transaction of
+# the object, so no other append can take the same seq in between (and the primary key would
+# refuse it if one did).
 _NEXT_HISTORY_SEQ = (
-    "UPDATE tl_threads SET history_seq = history_seq + 1, updated_at = ? WHERE id = ?"
-    " RETURNING history_seq"
+    "SELECT COALESCE(MAX(seq), 0) + 1 AS seq FROM tl_history WHERE thread_id = ?"
 )
 _INSERT_HISTORY = (
     "INSERT INTO tl_history (thread_id, seq, record_id, submission_id, kind, body_json,"
@@ -22,7 +24,7 @@ _INSERT_HISTORY = (
 )
 _INSERT_OUTBOX = (
     "INSERT INTO tl_outbox (record_id, thread_id, kind, body_json, created_at)"
-    " VALUES (?, ?, ?, ?, ?) ON CONFLICT (record_id) DO NOTHING"
+    " VALUES (?, ?, ?, ?, ?)"
 )
 _READ_HISTORY = (
     "SELECT seq, record_id, submission_id, kind, body_json, created_at FROM tl_history"
@@ -46,7 +48,7 @@ def append_history(
     now: int,
 ) -> int:
     """Append a canonical record to the Thread's history and publish it; returns its seq."""
-    seq = int(storage.exec(_NEXT_HISTORY_SEQ, now, thread_id).one()["history_seq"])
+    seq = int(storage.exec(_NEXT_HISTORY_SEQ, thread_id).one()["seq"])
     storage.exec(_INSERT_HISTORY, thread_id, seq, record_id, submission_id, kind, body_json, now)
     publish(storage, record_id=record_id, thread_id=thread_id, kind=kind, body_json=body_json,
             now=now)
@@ -55,10 +57,15 @@ def append_history(
 
 def publish(
     storage: Storage, *, record_id: str, thread_id: str, kind: str, body_json: str, now: int
-) -> bool:
-    """Put a record in the outbox (once per id); True when this call added it."""
-    written = storage.exec(_INSERT_OUTBOX, record_id, thread_id, kind, body_json, now)
-    return written.changed == 1
+) -> None:
+    """Put a record in the outbox, in the transaction of the fact it reports.
+
+    The outbox does not check ids (a unique index would cost a billed row per record): each
+    caller publishes an id once by the constraint of its own fact, a history record by
+    tl_history's unique ``record_id``, a settlement by its compare-and-set, an approval
+    request by its wait's uniqueness.
+    """
+    storage.exec(_INSERT_OUTBOX, record_id, thread_id, kind, body_json, now)
 
 
 def read_history(

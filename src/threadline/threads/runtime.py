@@ -455,9 +455,9 @@ class ThreadRuntime:
     def _suspend(self, claim: Claim, signal: Suspend) -> None:
         now = self.clock.now_ms()
         submission = claim.submission
-        waits.open_wait(self.storage, self.ids.new_id("wait"), submission.id, signal.kind,
-                        signal.wait_key, now=now, payload_json=signal.payload_json,
-                        wake_at=signal.wake_at)
+        opened = waits.open_wait(self.storage, self.ids.new_id("wait"), submission.id,
+                                 signal.kind, signal.wait_key, now=now,
+                                 payload_json=signal.payload_json, wake_at=signal.wake_at)
         # A wait is not a failure: refunding the attempt keeps an agent that waits many times
         # from spending the retry budget that ``max_attempts`` gives its failures.
         if not transitions.move(self.storage, submission.id, state=SubmissionState.RUNNING,
@@ -466,8 +466,9 @@ class ThreadRuntime:
             raise LeaseLost(submission.id)
         if signal.wake_at is not None:
             self.gate.schedule(NATIVE, signal.wake_at)
-        if signal.kind is WaitKind.APPROVAL:
+        if signal.kind is WaitKind.APPROVAL and opened:
             # Published with the wait it announces: whoever reacts to it finds the wait open.
+            # Only by the transaction that opened it, so the record's id is published once.
             body = {"submission_id": submission.id, "key": signal.wait_key,
                     "payload": decode_json(signal.payload_json)}
             # The payload was checked against the limits when the agent asked.

@@ -25,16 +25,25 @@ _CLAIM = (
     " revision = revision + 1, lease_owner = ?, lease_expires_at = ?, not_before = NULL,"
     " updated_at = ? WHERE id = ? AND state = ? AND revision = ?"
 )
+# ``dormant`` (1 exactly in the DORMANT states, by a CHECK) is set only by a move that crosses
+# into or out of them: an UPDATE that sets it rewrites the live index's entry, a billed row.
 _MOVE = (
     "UPDATE tl_submissions SET state = ?, revision = revision + 1, lease_owner = NULL,"
     " lease_expires_at = NULL, not_before = ?, attempts = attempts - ?,"
     " error_json = COALESCE(?, error_json), updated_at = ?"
     " WHERE id = ? AND state = ? AND revision = ?"
 )
+_MOVE_ACROSS = (
+    "UPDATE tl_submissions SET state = ?, dormant = ?, revision = revision + 1,"
+    " lease_owner = NULL, lease_expires_at = NULL, not_before = ?, attempts = attempts - ?,"
+    " error_json = COALESCE(?, error_json), updated_at = ?"
+    " WHERE id = ? AND state = ? AND revision = ?"
+)
 _SETTLE = (
     "UPDATE tl_submissions SET state = 'settled', outcome = ?, result_json = ?, error_json = ?,"
-    " revision = revision + 1, lease_owner = NULL, lease_expires_at = NULL, not_before = NULL,"
-    " settled_at = ?, updated_at = ? WHERE id = ? AND state = ? AND revision = ?"
+    " dormant = 0, revision = revision + 1, lease_owner = NULL, lease_expires_at = NULL,"
+    " not_before = NULL, settled_at = ?, updated_at = ? WHERE id = ? AND state = ?"
+    " AND revision = ?"
 )
 _APPLY_ABORT = (
     "UPDATE tl_abort_intents SET state = 'applied', applied_at = ?"
@@ -45,6 +54,9 @@ _READ_INTENT_REASON = "SELECT state, reason FROM tl_abort_intents WHERE submissi
 
 #: The kind of the outbox record published when a submission settles.
 SETTLED_KIND = "submission.settled"
+
+#: Open states that wait on the outside world: out of the live index (``dormant = 1``).
+DORMANT = frozenset({SubmissionState.SUSPENDED, SubmissionState.UNKNOWN, SubmissionState.JOINED})
 
 
 def claim(
@@ -83,9 +95,11 @@ def move(
     """
     if to is SubmissionState.SETTLED:
         raise ValueError("use settle() to settle a submission")
+    dormant = to in DORMANT
+    crossing = (_MOVE_ACROSS, to.value, int(dormant)) if dormant != (state in DORMANT) else (
+        _MOVE, to.value)
     written = storage.exec(
-        _MOVE,
-        to.value,
+        *crossing,
         not_before,
         1 if refund_attempt else 0,
         None if error is None else encode_json(error),
@@ -164,6 +178,7 @@ def accepted_abort(storage: Storage, submission_id: str) -> dict[str, JsonValue]
 
 
 __all__ = [
+    "DORMANT",
     "SETTLED_KIND",
     "abort_accepted",
     "aborted_error",

@@ -12,22 +12,32 @@ from threadline.storage.port import Row, Storage
 from threadline.threads.ledger import work_item
 from threadline.threads.model import JsonValue, WorkItem, decode_json
 
-# The open count reads the partial index tl_submissions_open, so it follows open work only.
-_THREADS_PAGE = (
-    "SELECT t.id, t.next_seq, t.history_seq, t.created_at, t.updated_at,"
-    " (SELECT COUNT(*) FROM tl_submissions s WHERE s.thread_id = t.id AND s.state <> 'settled')"
-    " AS open_count FROM tl_threads t WHERE t.id > ? ORDER BY t.id LIMIT ?"
+# A Thread's row is written by its first admission only. Its newest submission and its newest
+# history record are each one seek at the end of a key range (UNIQUE (thread_id, seq) and
+# tl_history's primary key): how many submissions it has had, its newest record's seq, and
+# when it last changed. The open count reads the partial index tl_submissions_open, so it
+# follows open work only (API reads: the IN list costs workerd two rows read more than two
+# ranges would).
+_THREAD_COLUMNS = (
+    "SELECT t.id, t.created_at, COALESCE(s.seq, 0) AS submissions,"
+    " COALESCE(h.seq, 0) AS history_seq,"
+    " MAX(t.updated_at, COALESCE(s.created_at, 0), COALESCE(h.created_at, 0)) AS updated_at,"
+    " (SELECT COUNT(*) FROM tl_submissions o INDEXED BY tl_submissions_open"
+    " WHERE o.thread_id = t.id AND o.settled_at IS NULL AND o.dormant IN (0, 1))"
+    " AS open_count FROM tl_threads t"
+    " LEFT JOIN tl_submissions s ON s.thread_id = t.id"
+    " AND s.seq = (SELECT MAX(seq) FROM tl_submissions WHERE thread_id = t.id)"
+    " LEFT JOIN tl_history h ON h.thread_id = t.id"
+    " AND h.seq = (SELECT MAX(seq) FROM tl_history WHERE thread_id = t.id)"
 )
-_THREAD = (
-    "SELECT t.id, t.next_seq, t.history_seq, t.created_at, t.updated_at,"
-    " (SELECT COUNT(*) FROM tl_submissions s WHERE s.thread_id = t.id AND s.state <> 'settled')"
-    " AS open_count FROM tl_threads t WHERE t.id = ?"
-)
+_THREADS_PAGE = _THREAD_COLUMNS + " WHERE t.id > ? ORDER BY t.id LIMIT ?"
+_THREAD = _THREAD_COLUMNS + " WHERE t.id = ?"
 # The same predicate as the partial index tl_submissions_open: it reads open work only.
 _OPEN_PAGE = (
     "SELECT id, thread_id, seq, agent, state, revision, attempts, not_before, lease_expires_at,"
-    " lease_owner FROM tl_submissions WHERE state <> 'settled' AND thread_id = ? ORDER BY seq"
-    " LIMIT ?"
+    " lease_owner FROM tl_submissions INDEXED BY tl_submissions_open"
+    " WHERE settled_at IS NULL AND dormant IN (0, 1)"
+    " AND thread_id = ? ORDER BY seq LIMIT ?"
 )
 _KEYED_AGENT = "SELECT agent FROM tl_submissions WHERE thread_id = ? AND idempotency_key = ?"
 _LATEST_AGENT = "SELECT agent FROM tl_submissions WHERE thread_id = ? ORDER BY seq DESC LIMIT 1"
@@ -83,7 +93,7 @@ class JournalStep:
 def _thread(row: Row) -> ThreadRecord:
     return ThreadRecord(
         id=row["id"],
-        submissions=int(row["next_seq"]) - 1,
+        submissions=int(row["submissions"]),
         history_seq=int(row["history_seq"]),
         open_submissions=int(row["open_count"]),
         created_at=int(row["created_at"]),

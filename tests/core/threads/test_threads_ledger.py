@@ -41,8 +41,11 @@ def test_admission_is_fifo_per_thread_and_creates_the_thread(make_harness: MakeH
     assert [a1.seq, a2.seq, a3.seq] == [1, 2, 3]
     assert b1.seq == 1
     assert a1.state is SubmissionState.QUEUED
-    threads = h.storage.exec("SELECT id, next_seq FROM tl_threads ORDER BY id").rows
-    assert threads == [{"id": "a", "next_seq": 4}, {"id": "b", "next_seq": 2}]
+    threads = h.storage.exec("SELECT id FROM tl_threads ORDER BY id").rows
+    assert threads == [{"id": "a"}, {"id": "b"}]
+    counts = h.storage.exec("SELECT thread_id, MAX(seq) AS n FROM tl_submissions"
+                            " GROUP BY thread_id ORDER BY thread_id").rows
+    assert counts == [{"thread_id": "a", "n": 3}, {"thread_id": "b", "n": 1}]
     scan = h.ledger.scan_nonterminal()
     assert [(i.thread_id, i.seq) for i in scan] == [("a", 1), ("a", 2), ("a", 3), ("b", 1)]
 
@@ -186,7 +189,7 @@ def test_scan_uses_the_open_work_index(storage: SqliteStorage) -> None:
 
     plan = storage.exec("EXPLAIN QUERY PLAN " + ledger._SCAN_OPEN).rows
     assert any("tl_submissions_open" in str(row["detail"]) for row in plan), plan
-    plan = storage.exec("EXPLAIN QUERY PLAN " + ledger._THREAD_OPEN, "t").rows
+    plan = storage.exec("EXPLAIN QUERY PLAN " + ledger._THREAD_OPEN, "t", "t").rows
     assert any("tl_submissions_open" in str(row["detail"]) for row in plan), plan
 
 

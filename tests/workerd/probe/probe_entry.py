@@ -31,7 +31,8 @@ from threadline.clock import SystemClock
 from threadline.config import RuntimeConfig
 from threadline.ids import RandomIds
 from threadline.scheduling import NATIVE, build_scheduler, read_state
-from threadline.storage import migrate
+from threadline.storage import MIGRATIONS, migrate, schema_version
+from threadline.storage import schema as schema_module
 from threadline.storage.cloudflare import CloudflareStorage
 from threadline.threads import ThreadRuntime, Turn
 from threadline.worker import ThreadObjectBase
@@ -671,6 +672,63 @@ class StorageProbe(DurableObject):
     def count_where(self, table: str, key: str) -> int:
         rows = self.storage.exec(f"SELECT COUNT(*) AS n FROM {table} WHERE k = ?", key)
         return int(rows.scalar())
+
+    async def op_lean_submissions(self) -> dict[str, Any]:
+        """Rows written before the tl_submissions rebuild, read back after it.
+
+        The rebuild drops and recreates a table that other tables reference, inside one
+        transaction where workerd enforces foreign keys and lets no one switch them off.
+        """
+        rebuild = MIGRATIONS.index(schema_module._LEAN_SUBMISSIONS)
+        migrate(self.storage, target=rebuild)
+        states = ["queued", "running", "suspended", "unknown", "settled"]
+        self.storage.exec(
+            "INSERT INTO tl_threads (id, created_at, updated_at) VALUES ('t', 1, 1)")
+        for seq, state in enumerate(states, start=1):
+            settled = state == "settled"
+            self.storage.exec(
+                "INSERT INTO tl_submissions (id, thread_id, seq, agent, idempotency_key,"
+                " input_json, input_digest, state, outcome, created_at, updated_at, settled_at)"
+                " VALUES (?, 't', ?, 'echo', ?, '{}', 'd', ?, ?, 1, 1, ?)",
+                f"s{seq}", seq, "k" if seq == 1 else None, state,
+                "completed" if settled else None, 2 if settled else None)
+            self.storage.exec(
+                "INSERT INTO tl_journal (submission_id, step_key, position, effect, state,"
+                " attempt, started_at) VALUES (?, 'step', 0, 'idempotent', 'started', 1, 5)",
+                f"s{seq}")
+        self.storage.exec(
+            "INSERT INTO tl_waits (id, submission_id, kind, wait_key, state, wake_at,"
+            " created_at) VALUES ('w', 's3', 'timer', 'nap', 'open', 50, 5)")
+        self.storage.exec("INSERT INTO tl_abort_intents (submission_id, state, requested_at)"
+                          " VALUES ('s2', 'accepted', 6)")
+        before = self.storage.exec("SELECT * FROM tl_submissions ORDER BY id").rows
+        steps = migrate(self.storage)
+        after = self.storage.exec("SELECT * FROM tl_submissions ORDER BY id").rows
+        orphans = self.storage.exec(
+            "SELECT (SELECT COUNT(*) FROM tl_journal j LEFT JOIN tl_submissions s"
+            " ON s.id = j.submission_id WHERE s.id IS NULL)"
+            " + (SELECT COUNT(*) FROM tl_waits w LEFT JOIN tl_submissions s"
+            " ON s.id = w.submission_id WHERE s.id IS NULL) AS n").scalar()
+        return {
+            "steps": steps,
+            "version": schema_version(self.storage),
+            "kept": [{k: v for k, v in row.items() if k != "dormant"} for row in after]
+            == before,
+            "dormant": {row["state"]: row["dormant"] for row in after},
+            "orphans": orphans,
+            "leftovers": [row["name"] for row in self.storage.exec(
+                "SELECT name FROM sqlite_master WHERE name = 'tl_submissions_copy'")],
+        }
+
+    async def op_delete_submission(self, submission_id: str) -> dict[str, Any]:
+        """Try to delete a submission in a transaction; report the error, if any."""
+        try:
+            self.storage.transaction(
+                lambda: self.storage.exec("DELETE FROM tl_submissions WHERE id = ?",
+                                          submission_id))
+        except Exception as exc:
+            return {"refused": str(exc)}
+        return {"refused": None}
 
     async def op_alarms(self) -> dict[str, Any]:
         """The rows ``alarm()`` wrote so far."""

@@ -1,0 +1,195 @@
+"""The rows the submission path writes, pinned statement by statement.
+
+Workerd bills every row written, index entries included. The sqlite3 meter counts changed rows
+only, so the index cost of a statement is pinned here from the statement's own program: the
+b-trees it opens for writing and the instructions that insert into them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from threadline.app import Application
+from threadline.clock import ManualClock
+from threadline.errors import StorageError
+from threadline.storage import SqliteStorage
+from threadline.storage.port import Rows
+from threadline.testing import ThreadHarness
+from threadline.threads import ledger, outbox, transitions, views
+from threadline.threads.model import Outcome, SubmissionState
+
+_THREAD = "INSERT INTO tl_threads (id, created_at, updated_at) VALUES (?, ?, ?)"
+
+
+def btrees_written(storage: SqliteStorage, sql: str) -> list[str]:
+    """The tables and indexes ``sql``'s program may insert an entry into, one per instruction.
+
+    An index whose WHERE the statement's columns cannot change is not even opened; a partial
+    index the statement may enter is listed even when the row at hand stays out of it.
+    """
+    roots = {row["rootpage"]: row["name"] for row in storage.exec(
+        "SELECT name, rootpage FROM sqlite_master WHERE rootpage > 0")}
+    program = storage.exec("EXPLAIN " + sql, *([None] * sql.count("?"))).rows
+    cursors = {op["p1"]: roots[op["p2"]] for op in program
+               if op["opcode"] == "OpenWrite" and op["p2"] in roots}
+    return sorted(cursors[op["p1"]] for op in program
+                  if op["opcode"] in ("Insert", "IdxInsert") and op["p1"] in cursors)
+
+
+def test_claims_and_moves_leave_the_open_work_index_alone(storage: SqliteStorage) -> None:
+    # Only settling a submission takes it out of open work: no other transition may rewrite
+    # the index's entry (workerd bills that rewrite as one more row).
+    for sql in (transitions._CLAIM, transitions._MOVE):
+        assert "tl_submissions_open" not in btrees_written(storage, sql), sql
+    assert "tl_submissions_open" in btrees_written(storage, transitions._SETTLE)
+
+
+def test_open_work_is_read_through_its_index(storage: SqliteStorage) -> None:
+    # The predicate the reads name must be the index's own, or they scan settled history.
+    for sql in (ledger._SCAN_OPEN, ledger._THREAD_OPEN, ledger._LIVE_THREADS, views._OPEN_PAGE,
+                views._THREAD):
+        plan = storage.exec("EXPLAIN QUERY PLAN " + sql, *([None] * sql.count("?"))).rows
+        assert any("tl_submissions_open" in row["detail"] for row in plan), sql
+
+
+_ADMIT = (
+    "INSERT INTO tl_submissions (id, thread_id, seq, agent, idempotency_key, input_json,"
+    " input_digest, state, created_at, updated_at) VALUES (?, 't', ?, 'a', ?, '{}', 'd',"
+    " 'queued', 0, 0)"
+)
+
+
+def test_the_pass_reads_a_threads_open_work_as_two_ranges_without_a_sort(
+    storage: SqliteStorage, clock: ManualClock
+) -> None:
+    # An IN list is a table workerd bills the rows of, and a sort reads its rows again: the
+    # pass asks for one Thread's open work several times per event.
+    program = storage.exec("EXPLAIN " + ledger._THREAD_OPEN, None, None).rows
+    assert not {"OpenEphemeral", "SorterOpen"} & {op["opcode"] for op in program}
+    storage.exec(_THREAD, "t", 0, 0)
+    for seq in (1, 2, 3):
+        storage.exec(_ADMIT, f"s{seq}", seq, None)
+    storage.exec("UPDATE tl_submissions SET state = 'suspended', dormant = 1 WHERE id = 's1'")
+    harness = ThreadHarness(storage, clock, Application)
+    # The dormant head comes from the second range, yet the Thread's work is in FIFO order.
+    assert [item.seq for item in harness.runtime.ledger.thread_open("t")] == [1, 2, 3]
+
+
+def test_a_claim_writes_the_submission_row_and_nothing_else(storage: SqliteStorage) -> None:
+    # The row lives in its id's b-tree (no rowid table beside an index on id), and no index
+    # names a column a claim sets: queued|ready -> running is one b-tree entry rewritten.
+    assert btrees_written(storage, transitions._CLAIM) == ["tl_submissions"]
+    assert btrees_written(storage, transitions._MOVE) == ["tl_submissions"]
+    with pytest.raises(StorageError, match="rowid"):
+        storage.exec("SELECT rowid FROM tl_submissions")
+    # Crossing into or out of the dormant states moves the entry of the open-work index.
+    assert "tl_submissions_open" in btrees_written(storage, transitions._MOVE_ACROSS)
+
+
+def test_an_admission_writes_its_row_and_three_index_entries_at_most(
+    storage: SqliteStorage,
+) -> None:
+    # The row, UNIQUE (thread_id, seq), the open-work index, and the idempotency key's index
+    # only when there is a key: one open-work index serves both the pass and the views.
+    written = set(btrees_written(storage, ledger._INSERT))
+    assert len(written) == 4
+    assert {"tl_submissions", "tl_submissions_key", "tl_submissions_open"} < written
+
+
+def test_only_keyed_admissions_enter_the_idempotency_index(storage: SqliteStorage) -> None:
+    indexes = {row["name"]: row for row in storage.exec("PRAGMA index_list('tl_submissions')")}
+    key = indexes["tl_submissions_key"]
+    assert (key["unique"], key["partial"]) == (1, 1)
+    storage.exec(_THREAD, "t", 0, 0)
+    for seq in (1, 2, 3):
+        storage.exec(_ADMIT, f"s{seq}", seq, None)
+    storage.exec(_ADMIT, "s4", 4, "k")
+    with pytest.raises(StorageError, match="UNIQUE"):
+        storage.exec(_ADMIT, "s5", 5, "k")
+    keyed = storage.exec("SELECT id FROM tl_submissions INDEXED BY tl_submissions_key"
+                         " WHERE thread_id = 't' AND idempotency_key IS NOT NULL").rows
+    assert keyed == [{"id": "s4"}]
+
+
+@pytest.mark.parametrize("to", [s for s in SubmissionState if s is not SubmissionState.SETTLED])
+def test_dormant_follows_every_move(storage: SqliteStorage, to: SubmissionState) -> None:
+    storage.exec(_THREAD, "t", 0, 0)
+    for n, start in enumerate([s for s in SubmissionState if s is not SubmissionState.SETTLED]):
+        sid = f"{start.value}-{to.value}"
+        storage.exec(_ADMIT, sid, n + 1, None)
+        storage.exec("UPDATE tl_submissions SET state = ?, dormant = ? WHERE id = ?",
+                     start.value, int(start in transitions.DORMANT), sid)
+        assert transitions.move(storage, sid, state=start, revision=0, to=to, now=5)
+        dormant = storage.exec("SELECT dormant FROM tl_submissions WHERE id = ?", sid).scalar()
+        assert dormant == int(to in transitions.DORMANT), sid
+        live = {row["thread_id"] for row in storage.exec(ledger._LIVE_THREADS)}
+        assert live == ({"t"} if to not in transitions.DORMANT else set()), sid
+        assert transitions.settle(storage, sid, thread_id="t", state=to, revision=1,
+                                  outcome=Outcome.COMPLETED, now=6)
+        assert storage.exec("SELECT dormant FROM tl_submissions WHERE id = ?", sid).scalar() == 0
+
+
+def test_an_outbox_row_is_one_b_tree_entry(storage: SqliteStorage) -> None:
+    assert btrees_written(storage, outbox._INSERT_OUTBOX) == ["tl_outbox"]
+
+
+def test_only_a_threads_first_admission_writes_its_row(
+    storage: SqliteStorage, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = Application()
+
+    @app.agent("echo")
+    async def echo(turn: object) -> object:
+        return None
+
+    harness = ThreadHarness(storage, clock, lambda: app)
+    first = harness.admit("t", 1, agent="echo")
+    clock.advance(5)
+    written: list[str] = []
+    run = storage.exec
+
+    def spy(sql: str, *params: object) -> Rows:
+        rows = run(sql, *params)  # type: ignore[arg-type]
+        if rows.changed and "tl_threads" in sql:
+            written.append(sql)
+        return rows
+
+    monkeypatch.setattr(storage, "exec", spy)
+    second = harness.admit("t", 2, agent="echo")
+    third = harness.admit("u", 3, agent="echo")
+    assert (first.seq, second.seq, third.seq) == (1, 2, 1)
+    assert written == [ledger._CREATE_THREAD]  # Thread u's, not t's
+    record = views.thread(storage, "t")
+    assert record is not None
+    assert (record.submissions, record.created_at, record.updated_at) == (
+        2, first.created_at, second.created_at)
+    assert [t.submissions for t in views.threads_page(storage, after=None, limit=5)] == [2, 1]
+
+
+def _append(storage: SqliteStorage, thread_id: str, n: int, now: int) -> int:
+    return outbox.append_history(
+        storage, record_id=f"{thread_id}:r{n}", thread_id=thread_id, submission_id=None,
+        kind="record", body_json="{}", now=now,
+    )
+
+
+def test_appending_a_record_writes_the_record_and_its_outbox_row_only(
+    storage: SqliteStorage,
+) -> None:
+    storage.exec(_THREAD, "a", 10, 10)
+    storage.exec(_THREAD, "b", 10, 10)
+    before = storage.meter.reading()
+    assert _append(storage, "a", 1, 20) == 1
+    cost = storage.meter.reading() - before
+    # No counter row of the Thread is rewritten: the next seq is read from the history's key.
+    assert cost.rows_written == 2
+    assert [_append(storage, "a", 2, 30), _append(storage, "b", 1, 40),
+            _append(storage, "a", 3, 50)] == [2, 1, 3]
+    a, b = views.thread(storage, "a"), views.thread(storage, "b")
+    assert a is not None and b is not None
+    assert (a.history_seq, a.updated_at, a.created_at) == (3, 50, 10)
+    assert (b.history_seq, b.updated_at) == (1, 40)
+    storage.exec(_THREAD, "c", 60, 60)
+    c = views.thread(storage, "c")
+    assert c is not None and (c.history_seq, c.updated_at) == (0, 60)
+    assert [t.history_seq for t in views.threads_page(storage, after=None, limit=10)] == [3, 1, 0]
