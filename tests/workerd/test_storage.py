@@ -91,6 +91,7 @@ def test_the_submissions_rebuild_keeps_rows_and_foreign_keys_in_workerd(
     assert seen["dormant"] == {"queued": 0, "running": 0, "suspended": 1, "unknown": 1,
                                "settled": 0}
     assert seen["orphans"] == 0
+    assert seen["refused_now"] is not None and "FOREIGN KEY" in seen["refused_now"]
     assert seen["leftovers"] == []
     # The children's keys point at the rebuilt table, and workerd still enforces them (in a
     # later event: deferred checks end with the commit of the one that migrated).

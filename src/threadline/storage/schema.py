@@ -296,9 +296,10 @@ _OPEN_UNTIL_SETTLED = (
 # the migration's transaction; renaming the table would repoint those keys at the old name.
 # So the rows are copied aside, the table dropped and recreated under its own name, and the
 # rows copied back, with foreign-key checks deferred to the commit: a child left without its
-# submission fails the commit, and the migration with it. (On workerd, where a transaction is
-# a savepoint of the event's implicit transaction, the deferral lasts until that commits, and
-# a violation there rolls the object back to its last good state.)
+# submission fails the commit, and the migration with it. The deferral is switched off again
+# at the end: on workerd a transaction is a savepoint of the event's implicit transaction, so
+# it would otherwise last to the end of the event, and a violation there would reset the
+# object instead of failing the statement.
 _LEAN_SUBMISSIONS = (
     "PRAGMA defer_foreign_keys = ON",
     "CREATE TABLE tl_submissions_copy AS SELECT * FROM tl_submissions",
@@ -346,6 +347,9 @@ _LEAN_SUBMISSIONS = (
         WHERE settled_at IS NULL""",
     """CREATE INDEX tl_submissions_live ON tl_submissions (thread_id, seq)
         WHERE settled_at IS NULL AND dormant = 0""",
+    # Every child has its parent again: checks are immediate from here on, even where the
+    # enclosing transaction outlives this migration (the rest of the workerd event).
+    "PRAGMA defer_foreign_keys = OFF",
 )
 
 # One open-work index instead of two: led by ``dormant``, its live part (dormant = 0) is a

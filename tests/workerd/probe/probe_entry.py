@@ -704,6 +704,9 @@ class StorageProbe(DurableObject):
         before = self.storage.exec("SELECT * FROM tl_submissions ORDER BY id").rows
         steps = migrate(self.storage)
         after = self.storage.exec("SELECT * FROM tl_submissions ORDER BY id").rows
+        # In the event that migrated too, a delete that would orphan children is refused at
+        # once, not deferred to the event's commit (where it would reset the object).
+        refused_now = (await self.op_delete_submission("s3"))["refused"]
         orphans = self.storage.exec(
             "SELECT (SELECT COUNT(*) FROM tl_journal j LEFT JOIN tl_submissions s"
             " ON s.id = j.submission_id WHERE s.id IS NULL)"
@@ -716,6 +719,7 @@ class StorageProbe(DurableObject):
             == before,
             "dormant": {row["state"]: row["dormant"] for row in after},
             "orphans": orphans,
+            "refused_now": refused_now,
             "leftovers": [row["name"] for row in self.storage.exec(
                 "SELECT name FROM sqlite_master WHERE name = 'tl_submissions_copy'")],
         }
