@@ -66,6 +66,11 @@ ON CONFLICT (id) DO UPDATE SET
     state = CASE WHEN tl_lanes.state = 'parked' THEN 'parked' ELSE 'due' END,
     revision = tl_lanes.revision + 1
 """
+# The native lane is never claimed by a wave, so its revision fences nothing: an enrollment that
+# would not make it due any earlier writes nothing (a lane row and its index entry saved).
+_ENROLL_NATIVE = _ENROLL + """WHERE tl_lanes.due_at IS NULL
+    OR tl_lanes.due_at > max(excluded.due_at, tl_lanes.not_before)
+"""
 # Progress is a new fact: the floor, the stall budget and the parked report all reset.
 _ENROLL_PROGRESS = """
 INSERT INTO tl_lanes (id, due_at, state, revision, cursor) VALUES (?, ?, 'due', 1, ?)
@@ -202,13 +207,16 @@ class DueQueue:
         Without ``progress`` this is a hint or a crash fallback: it never moves the lane
         earlier than its retry floor and keeps a parked lane parked, so repeating it changes
         nothing but the revision. With ``progress`` a real new fact replenishes the lane: the
-        floor, the stall budget and the parked report reset.
+        floor, the stall budget and the parked report reset. The native lane, which no wave
+        claims, keeps its revision when the enrollment would not make it due earlier: nothing
+        is written then.
         """
         validate_lane_id(lane_id)
         if progress:
             self._storage.exec(_ENROLL_PROGRESS, lane_id, int(due_at), 0)
         else:
-            self._storage.exec(_ENROLL, lane_id, int(due_at))
+            self._storage.exec(_ENROLL_NATIVE if lane_id == NATIVE else _ENROLL,
+                               lane_id, int(due_at))
 
     def progress(self, lane_id: str, due_at: int, cursor: int) -> bool:
         """Enroll the lane for the source fact named by ``cursor``; True when it is progress.

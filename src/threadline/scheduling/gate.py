@@ -207,15 +207,17 @@ class MutationGate:
         if not affected:
             return
         now = self._clock.now_ms()
-        for lane_id in sorted(affected):
+        inside_pass = _native_source.get()
+        enrolled = sorted(affected - {NATIVE}) if inside_pass else sorted(affected)
+        for lane_id in enrolled:
             self._queue.enroll(lane_id, now, progress=True)
         if NATIVE in affected:
-            if _native_source.get():
+            if inside_pass:
                 state.clear_retry(self._storage)
             else:
                 state.bump_dirty(self._storage, clear_retry=True)
                 self._generations += 1
-        self._alarm.ensure_due(now)
+        self._arm(now, bool(enrolled))
         self._notify()
 
     def ensure_alarm(self) -> None:
@@ -255,10 +257,13 @@ class MutationGate:
     def native_source(self) -> Iterator[None]:
         """Mark the enclosed code as the maintenance pass's own native work.
 
-        Inside it, native progress still enrolls the native lane and arms the alarm, but does
-        not advance ``dirty``: the pass acknowledges what its Attempts did after they join, and
-        a producer outside the pass (another task) still advances the generation and so fences
-        that acknowledgement. Tasks created inside inherit the mark; usable around awaits.
+        Inside it, native progress neither enrolls the native lane nor advances ``dirty``: the
+        pass made the lane due at its crash fallback when it began, it acknowledges what its
+        Attempts did after they join and sets the lane from what it then reads, and a producer
+        outside the pass (another task) still advances the generation and so fences that
+        acknowledgement. The alarm is only armed if the slot is empty (see :meth:`_arm`);
+        other lanes are enrolled as anywhere else. Tasks created inside inherit the mark;
+        usable around awaits.
         """
         token = _native_source.set(True)
         try:
@@ -326,13 +331,27 @@ class MutationGate:
         if not enrolled:
             return
         now = self._clock.now_ms()
+        inside_pass = _native_source.get()
         # Enrollment is a crash fallback, not evidence that the body committed anything.
-        for lane_id in sorted(enrolled):
+        lanes = sorted(enrolled - {NATIVE}) if inside_pass else sorted(enrolled)
+        for lane_id in lanes:
             self._queue.enroll(lane_id, now)
-        if invalidates_recovery and not _native_source.get():
+        if invalidates_recovery and not inside_pass:
             state.bump_dirty(self._storage)
             self._generations += 1
-        self._alarm.ensure_due(now)
+        self._arm(now, bool(lanes))
+
+    def _arm(self, now: int, enrolled: bool) -> None:
+        """The producer half of the alarm invariant, after an enrollment (or a skipped one).
+
+        Inside :meth:`native_source` the native lane is not enrolled: the pass made it due at
+        its crash fallback when it began and sets it from what it reads at its checkpoint,
+        and its final decision writes the slot exactly. The slot it found empty (the platform
+        empties it when the alarm fires) still gets a deadline, so an object lost mid-pass
+        wakes up again; once armed, the pass's own native work does not touch it again.
+        """
+        if enrolled or self._storage.known_alarm() is None:
+            self._alarm.ensure_due(now)
 
     def _release(self, held: set[str], *, keep: frozenset[str] = frozenset()) -> None:
         for lane_id in list(held):

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from threadline.scheduling import Scheduler
+from threadline.clock import ManualClock
+from threadline.scheduling import NATIVE, Scheduler
 from threadline.storage import MeterReading, SqliteStorage
 
 
@@ -38,8 +39,9 @@ def test_mutate_native(sched: Scheduler, storage: SqliteStorage) -> None:
 
     # Enroll native + bump the generation row (read 1, written 1) + next().
     assert _shape(_cost(storage, native)) == (3, 2, 2, 1)
+    # Native is already due now: its enrollment writes nothing; mail's and the generation do.
     assert _shape(_cost(storage, lambda: sched.gate.mutate(lambda: None, lanes=["mail"]))) == (
-        4, 2, 3, 0)
+        4, 2, 2, 0)
 
 
 def test_mutate_without_work_costs_nothing(sched: Scheduler, storage: SqliteStorage) -> None:
@@ -51,3 +53,43 @@ def test_next_is_one_row(sched: Scheduler, storage: SqliteStorage) -> None:
     for index in range(50):
         sched.due_queue.enroll(f"lane-{index}", 1_000 + index)
     assert _shape(_cost(storage, sched.due_queue.next)) == (1, 1, 0, 0)
+
+
+def test_native_enrollment_that_would_not_move_it_earlier_writes_nothing(
+    sched: Scheduler, storage: SqliteStorage
+) -> None:
+    queue = sched.due_queue
+    storage.transaction(lambda: queue.enroll(NATIVE, 5_000))
+    native = queue.get(NATIVE)
+    assert native is not None
+    # Later than (or at) its deadline: no row written, the revision kept.
+    assert _shape(_cost(storage, lambda: queue.enroll(NATIVE, 9_000))) == (1, 0, 0, 0)
+    assert _shape(_cost(storage, lambda: queue.enroll(NATIVE, 5_000))) == (1, 0, 0, 0)
+    assert queue.get(NATIVE) == native
+    # Earlier: written, as any enrollment.
+    assert _shape(_cost(storage, lambda: queue.enroll(NATIVE, 4_000))) == (1, 0, 1, 0)
+    moved = queue.get(NATIVE)
+    assert moved is not None and moved.due_at == 4_000 and moved.revision == native.revision + 1
+    # A host lane is a wave's fence: the same enrollment still bumps its revision.
+    storage.transaction(lambda: queue.enroll("mail", 5_000))
+    assert _shape(_cost(storage, lambda: queue.enroll("mail", 9_000))) == (1, 0, 1, 0)
+
+
+def test_native_progress_inside_the_pass_writes_no_lane_and_arms_an_empty_slot_once(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock
+) -> None:
+    fallback = clock.now_ms() + 5_000
+    storage.transaction(lambda: sched.due_queue.checkpoint_native(fallback))
+    storage.delete_alarm()  # the platform empties the slot when the alarm fires
+    native = sched.due_queue.get(NATIVE)
+
+    def progress() -> None:
+        with sched.gate.native_source():
+            storage.transaction(lambda: sched.gate.record_progress([NATIVE]))
+
+    # The empty slot gets the crash fallback: clear_retry (one read) + next() + the alarm.
+    assert _shape(_cost(storage, progress)) == (2, 1, 0, 1)
+    assert storage.known_alarm() == fallback
+    # Armed: more progress of the pass's own costs the retry check alone.
+    assert _shape(_cost(storage, progress)) == (1, 0, 0, 0)
+    assert sched.due_queue.get(NATIVE) == native
