@@ -467,12 +467,16 @@ class Maintenance:
         last = observed.last_recovered
         after = [view for view in backlog if last is None or view.thread_id > last]
         before = [view for view in backlog if last is not None and view.thread_id <= last]
+        # With one Thread to recover there is no front to restart at: the cursor is kept in
+        # memory only (a row written per recovery saved).
+        durable = len(backlog) > 1
         for view in after + before:
             if self._clock.now_ms() >= deadline:
                 tally.cut_short = True
                 return
             await self._fp.reached(SELECT_BEFORE)
-            self._set_cursor("last_recovered_thread", view.thread_id)
+            if durable:
+                self._set_cursor("last_recovered_thread", view.thread_id)
             await self._fp.reached(SELECT_AFTER)
             observed.last_recovered = view.thread_id
             await self._recover(view, tally)
@@ -501,7 +505,13 @@ class Maintenance:
     async def _select(
         self, runnable: list[ThreadView], free: int, observed: _Observed
     ) -> list[ThreadView]:
-        """Choose up to ``free`` Threads round-robin after ``last_served_thread``; persist it."""
+        """Choose up to ``free`` Threads round-robin after ``last_served_thread``.
+
+        The cursor is stored before the Attempts start only when some runnable Thread is left
+        out: then it is what keeps an eviction mid-Attempt from favouring the same Threads
+        again. When every runnable Thread is chosen nobody waits behind them, so it is kept
+        in memory only (a row written per dispatch saved).
+        """
         ordered = sorted(runnable, key=lambda view: view.thread_id)
         last = observed.last_served
         pivot = next((i for i, view in enumerate(ordered)
@@ -509,7 +519,8 @@ class Maintenance:
         chosen = (ordered[pivot:] + ordered[:pivot])[:free]
         await self._fp.reached(SELECT_BEFORE)
         newest = chosen[-1].thread_id
-        self._set_cursor("last_served_thread", newest)
+        if len(ordered) > len(chosen):
+            self._set_cursor("last_served_thread", newest)
         observed.last_served = newest
         await self._fp.reached(SELECT_AFTER)
         return chosen
