@@ -129,11 +129,13 @@ class _Scan:
     """The pass's view of open work, refreshed per Thread as its Attempts end.
 
     Only Threads with work that may be owed now are visited (see :meth:`Maintenance._open_work`).
-    They are read at the start, after backlog recovery and whenever a producer
-    outside the pass advanced the generation through the gate (the pass's own commits do not;
-    the gate's in-memory hint saves a storage read per Attempt, and the checkpoint still checks
-    the durable generation). Otherwise only a Thread whose Attempt just ended is read again, so
-    a pass over many Threads does not rescan all open work per Attempt.
+    They are read at the start, and again whenever a producer outside the pass advanced the
+    generation through the gate (the pass's own commits do not; the gate's in-memory hint
+    saves a storage read per Attempt, and the checkpoint still checks the durable generation).
+    Otherwise only a Thread the pass itself touched (recovered, ran, or left running at a
+    deadline) is read again, with the faults and binding waits the pass itself recorded, so
+    a pass over many Threads does not rescan all open work per Attempt, and the checkpoint
+    reads no more than what changed.
     """
 
     def __init__(self, owner: Maintenance) -> None:
@@ -144,7 +146,15 @@ class _Scan:
         self._full = True
         self._first = True
         self._faults: dict[str, int] = {}
-        self._parked: frozenset[str] = frozenset()
+        self._parked: set[str] = set()
+        #: When the last full scan read the due timers (see :meth:`scanned_at`).
+        self._scanned_at: int | None = None
+
+    @property
+    def scanned_at(self) -> int | None:
+        """``now`` of the last full scan: a timer due at or before it was visited, a later
+        one was not (None before the first scan)."""
+        return self._scanned_at
 
     def invalidate(self) -> None:
         """Scan everything next time."""
@@ -154,6 +164,24 @@ class _Scan:
         """Read ``thread_id`` again next time."""
         self._stale.add(thread_id)
 
+    def fault(self, thread_id: str, retry_at: int | None) -> None:
+        """The pass recorded (``retry_at``) or cleared (None) the fault of ``thread_id``."""
+        if retry_at is None:
+            self._faults.pop(thread_id, None)
+        else:
+            self._faults[thread_id] = retry_at
+        self._stale.add(thread_id)
+
+    def parked(self, thread_id: str, submission_id: str) -> None:
+        """The pass parked ``submission_id`` on a binding wait."""
+        self._parked.add(submission_id)
+        self._stale.add(thread_id)
+
+    def settle_active(self) -> None:
+        """Every Attempt of the pass has ended: read again the Threads seen running."""
+        self._stale.update(thread_id for thread_id, view in self._views.items()
+                           if view.need is Need.ACTIVE)
+
     def current(self, now: int, active: frozenset[str]) -> list[ThreadView]:
         owner = self._owner
         storage = owner._storage
@@ -161,7 +189,8 @@ class _Scan:
         generations = owner._gate.generations
         if self._full or generations != self._generations:
             items, self._faults = owner._open_work(now)
-            self._parked = owner._bindings.parked_submissions() if items else frozenset()
+            self._parked = set(owner._bindings.parked_submissions()) if items else set()
+            self._scanned_at = now
             views = classify(storage, items, now, active=active | runtime.active_threads,
                              faults=self._faults, parked=self._parked,
                              registered=runtime.registry)
@@ -202,8 +231,10 @@ class Maintenance:
         self._faults = parts.faults
         self._bindings = parts.bindings
         self._log = parts.log if parts.log is not None else _logger.error
-        #: Recent pass reports of this incarnation (actionable and failed ones are durable too).
+        #: Recent pass reports of this incarnation (failed ones are durable too).
         self.reports = PassReports(parts.storage)
+        #: The running pass's view of open work (None between passes).
+        self._scan: _Scan | None = None
 
     # -- start -------------------------------------------------------------------------------
 
@@ -287,11 +318,12 @@ class Maintenance:
             asyncio.ensure_future(self._wave(lane, event_deadline, tally))
             for lane in self._lanes.due(due, started)
         ]
+        scan = self._scan = _Scan(self)
         try:
             if observed.actionable:
                 with self._gate.native_source():
-                    await self._native(started, observed, tally)
-                await self._checkpoint(observed, tally)
+                    await self._native(started, observed, tally, scan)
+                await self._checkpoint(observed, tally, scan)
             if waves:
                 await asyncio.gather(*waves)
             if observed.actionable:
@@ -302,6 +334,7 @@ class Maintenance:
                 await asyncio.gather(*(self._wave(lane, event_deadline, tally)
                                        for lane in later))
         finally:
+            self._scan = None
             for wave in waves:
                 wave.cancel()
 
@@ -370,22 +403,15 @@ class Maintenance:
         items = [item for thread_id in sorted(threads) for item in ledger.thread_open(thread_id)]
         return items, deadlines
 
-    def _views(self, now: int, active: set[str] | frozenset[str]) -> list[ThreadView]:
-        items, deadlines = self._open_work(now)
-        parked = self._bindings.parked_submissions() if items else frozenset()
-        return classify(
-            self._storage, items, now, active=active | self._runtime.active_threads,
-            faults=deadlines, parked=parked, registered=self._runtime.registry,
-        )
-
-    async def _native(self, started: int, observed: _Observed, tally: _Tally) -> None:
+    async def _native(
+        self, started: int, observed: _Observed, tally: _Tally, scan: _Scan
+    ) -> None:
         config = self._config
         yield_after = started + config.yield_after_ms
         event_deadline = started + config.event_deadline_ms
         tasks: dict[str, asyncio.Task[bool]] = {}
         deferred: set[str] = set()
         recovered: set[str] = set()
-        scan = _Scan(self)
         deadline = asyncio.ensure_future(self._clock.sleep_until(event_deadline))
         try:
             while True:
@@ -401,7 +427,8 @@ class Maintenance:
                 if backlog:
                     recovered.update(view.thread_id for view in backlog)
                     await self._recover_backlog(backlog, observed, tally, event_deadline)
-                    scan.invalidate()
+                    for view in backlog:
+                        scan.changed(view.thread_id)
                     continue
                 if now < yield_after:
                     free = config.native_concurrency - len(tasks)
@@ -428,8 +455,9 @@ class Maintenance:
                             deferred.add(thread_id)
         finally:
             deadline.cancel()
-            for task in tasks.values():
+            for thread_id, task in tasks.items():
                 task.cancel()
+                scan.changed(thread_id)
             for task in tasks.values():
                 # Cancelled at the event deadline or because the pass failed: the claim stays
                 # this incarnation's, no longer active, so the next recovery takes it at once.
@@ -499,6 +527,8 @@ class Maintenance:
         await self._fp.reached(RECOVERY_STATUS_BEFORE)
         fault = self._faults.observe(view.thread_id, sweep, recipients=view.submission_ids,
                                      faulted=faulted)
+        if self._scan is not None:
+            self._scan.fault(view.thread_id, None if fault is None else fault.retry_at)
         await self._fp.reached(RECOVERY_STATUS_AFTER)
         return fault is None
 
@@ -538,6 +568,8 @@ class Maintenance:
                 if head is not None:
                     await self._fp.reached(BINDING_BEFORE)
                     self._bindings.park(view.thread_id, head.submission_id, head.agent)
+                    if self._scan is not None:
+                        self._scan.parked(view.thread_id, head.submission_id)
                     await self._fp.reached(BINDING_AFTER)
             except (ThreadlineError, ValueError, KeyError) as exc:
                 await self._blocked(view, exc)
@@ -559,24 +591,28 @@ class Maintenance:
 
     # -- checkpoint and failure ----------------------------------------------------------------
 
-    async def _checkpoint(self, observed: _Observed, tally: _Tally) -> None:
+    async def _checkpoint(self, observed: _Observed, tally: _Tally, scan: _Scan) -> None:
         await self._fp.reached(CHECKPOINT_BEFORE)
         with self._gate.snapshot() as active:
-            self._storage.transaction(lambda: self._certify(observed, tally, active))
+            self._storage.transaction(lambda: self._certify(observed, tally, active, scan))
         await self._fp.reached(CHECKPOINT_AFTER)
 
-    def _certify(self, observed: _Observed, tally: _Tally, active: int) -> None:
+    def _certify(self, observed: _Observed, tally: _Tally, active: int, scan: _Scan) -> None:
         now = self._clock.now_ms()
         current = generation.read_state(self._storage)
-        views = self._views(now, frozenset())
+        # Every Attempt has joined: the scan re-reads the Threads the pass touched (or all of
+        # them, had a producer outside the pass advanced the generation meanwhile).
+        scan.settle_active()
+        views = scan.current(now, frozenset())
         nonterminal = sum(len(view.items) for view in views)
         tally.nonterminal = nonterminal
         owed_now = any(view.need in (Need.RUNNABLE, Need.RECOVER) for view in views)
         timed = [view.due_at for view in views
                  if view.need in (Need.TIMED, Need.FAULTED) and view.due_at is not None]
-        # Suspensions whose timers are not due were not visited: their earliest timer bounds
-        # when one can wake.
-        sleeper = waits.next_timer(self._storage, now)
+        # Suspensions whose timers were not due at the last full scan were not visited: their
+        # earliest timer bounds when one can wake (one that fell due since is due now).
+        since = scan.scanned_at
+        sleeper = waits.next_timer(self._storage, now if since is None else since)
         if sleeper is not None:
             timed.append(sleeper)
         overlap = (observed.active_at_start > 0 or active > 0
