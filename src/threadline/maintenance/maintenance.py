@@ -61,7 +61,7 @@ from threadline.scheduling import (
 from threadline.scheduling import state as generation
 from threadline.storage.port import Storage
 from threadline.threads import waits
-from threadline.threads.model import WorkItem
+from threadline.threads.model import CLAIMABLE, SubmissionState, WorkItem
 from threadline.threads.recovery import Disposition, RecoveryBlocked, RecoverySweepResult
 from threadline.threads.runtime import ThreadRuntime
 
@@ -420,7 +420,7 @@ class Maintenance:
                     tally.cut_short = True
                     break
                 views = scan.current(now, frozenset(tasks))
-                tally.nonterminal = sum(len(view.items) for view in views)
+                tally.nonterminal = _nonterminal(views)
                 # Each Thread is recovered at most once per pass outside its own dispatch.
                 backlog = [view for view in views if view.need is Need.RECOVER
                            and view.thread_id not in recovered and view.thread_id not in tasks]
@@ -604,7 +604,7 @@ class Maintenance:
         # them, had a producer outside the pass advanced the generation meanwhile).
         scan.settle_active()
         views = scan.current(now, frozenset())
-        nonterminal = sum(len(view.items) for view in views)
+        nonterminal = _nonterminal(views)
         tally.nonterminal = nonterminal
         owed_now = any(view.need in (Need.RUNNABLE, Need.RECOVER) for view in views)
         timed = [view.due_at for view in views
@@ -673,6 +673,24 @@ class Maintenance:
             self.reports.keep(report)
         except ThreadlineError as exc:
             self._log(f"threadline: could not store a pass report ({type(exc).__name__})")
+
+
+_LIVE = frozenset({*CLAIMABLE, SubmissionState.RUNNING, SubmissionState.TERMINALIZING})
+
+
+def _nonterminal(views: list[ThreadView]) -> int:
+    """The open submissions of the Threads a full scan visits (live, due or faulted work).
+
+    The pass keeps the views of the Threads it touched; one of them that went to sleep on a
+    timer that is not due (or waits for the outside world with nothing live) is one a full
+    scan would not read, so it is not counted: the figure, and the stored row, do not change
+    with which Threads the pass happened to run.
+    """
+    return sum(
+        len(view.items) for view in views
+        if view.faulted or view.need not in (Need.TIMED, Need.STABLE)
+        or any(item.state in _LIVE for item in view.items)
+    )
 
 
 __all__ = ["Maintenance", "MaintenanceParts"]

@@ -90,3 +90,17 @@ def test_a_pass_that_parks_a_head_certifies_its_generation_without_another_scan(
         assert read_state(raw_storage).retry is None
 
     run(body())
+
+
+def test_a_thread_the_pass_put_to_sleep_is_not_counted_nonterminal() -> None:
+    # A full scan would not read a Thread asleep on a timer that is not due; the pass that
+    # ran it does not count it either, so the stored figure does not flip per unit of work.
+    async def body() -> None:
+        async with SimulatedObject(app) as obj:
+            sub = obj.admit("near", "sleeper", {"s": 1.0})
+            reports = await obj.run_alarms(until=obj.clock.now_ms() + 500)
+            assert obj.submission(sub.id).state is SubmissionState.SUSPENDED
+            assert reports[-1].nonterminal == 0
+            assert read_state(obj.storage).nonterminal == 0
+
+    asyncio.run(body())
