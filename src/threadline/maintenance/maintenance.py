@@ -111,6 +111,8 @@ class _Observed:
     last_recovered: str | None = None
     #: The earliest lane due at the begin (None: no lane due at all).
     earliest: int | None = None
+    #: The native lane's crash-fallback deadline set at the begin of an actionable pass.
+    fallback: int | None = None
 
 
 @dataclass
@@ -321,7 +323,7 @@ class Maintenance:
         scan = self._scan = _Scan(self)
         try:
             if observed.actionable:
-                with self._gate.native_source():
+                with self._gate.native_source(crash_fallback=observed.fallback):
                     await self._native(started, observed, tally, scan)
                 await self._checkpoint(observed, tally, scan)
             if waves:
@@ -372,7 +374,8 @@ class Maintenance:
             # due again after a backoff, not at once and forever. The checkpoint replaces it.
             retry = current.pending_retry
             stalls = 0 if retry is None else retry.stalls
-            self._queue.checkpoint_native(now + backoff_ms(stalls, self._config, self._rng))
+            observed.fallback = now + backoff_ms(stalls, self._config, self._rng)
+            self._queue.checkpoint_native(observed.fallback)
         return due
 
     async def _wave(self, lane: Lane, until: int, tally: _Tally) -> WaveResult:

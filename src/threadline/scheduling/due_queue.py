@@ -201,7 +201,7 @@ class DueQueue:
         """Every lane, ordered by id (a full read; for reports and tests, not the hot path)."""
         return [Lane.from_row(row) for row in self._storage.exec(_SELECT_ALL)]
 
-    def enroll(self, lane_id: str, due_at: int, *, progress: bool = False) -> None:
+    def enroll(self, lane_id: str, due_at: int, *, progress: bool = False) -> bool:
         """Make the lane due no later than ``due_at`` and bump its revision.
 
         Without ``progress`` this is a hint or a crash fallback: it never moves the lane
@@ -209,14 +209,16 @@ class DueQueue:
         nothing but the revision. With ``progress`` a real new fact replenishes the lane: the
         floor, the stall budget and the parked report reset. The native lane, which no wave
         claims, keeps its revision when the enrollment would not make it due earlier: nothing
-        is written then.
+        is written then, and it returns False (every other enrollment returns True).
         """
         validate_lane_id(lane_id)
         if progress:
             self._storage.exec(_ENROLL_PROGRESS, lane_id, int(due_at), 0)
+        elif lane_id == NATIVE:
+            return self._storage.exec(_ENROLL_NATIVE, lane_id, int(due_at)).changed == 1
         else:
-            self._storage.exec(_ENROLL_NATIVE if lane_id == NATIVE else _ENROLL,
-                               lane_id, int(due_at))
+            self._storage.exec(_ENROLL, lane_id, int(due_at))
+        return True
 
     def progress(self, lane_id: str, due_at: int, cursor: int) -> bool:
         """Enroll the lane for the source fact named by ``cursor``; True when it is progress.

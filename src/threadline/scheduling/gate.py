@@ -48,6 +48,8 @@ _current_lanes: ContextVar[frozenset[str]] = ContextVar(
 # certifies those source changes itself after its Attempts join, so they must not advance the
 # generation it is about to acknowledge (each pass would otherwise cost one more pass).
 _native_source: ContextVar[bool] = ContextVar("threadline_native_source", default=False)
+# The crash-fallback deadline of the pass running that native work (None: not known).
+_crash_fallback: ContextVar[int | None] = ContextVar("threadline_crash_fallback", default=None)
 
 
 class MutationGate:
@@ -170,8 +172,14 @@ class MutationGate:
         validate_lane_id(lane_id)
 
         def enroll() -> None:
+            now = self._clock.now_ms()
             if progress_cursor is None:
-                self._queue.enroll(lane_id, due_at)
+                moved = self._queue.enroll(lane_id, due_at)
+                if lane_id == NATIVE and not moved and _native_source.get():
+                    # The pass's own crash fallback (a claim's lease deadline, say) when the
+                    # native lane is already due sooner: the alarm is the pass's to decide.
+                    self._arm(now, False)
+                    return
             elif self._queue.progress(lane_id, due_at, progress_cursor) and lane_id in (
                 NATIVE,
                 PUBLICATION,
@@ -181,7 +189,7 @@ class MutationGate:
                     self._queue.enroll(NATIVE, due_at, progress=True)
                 state.bump_dirty(self._storage, clear_retry=True)
                 self._generations += 1
-            self._alarm.ensure_due(self._clock.now_ms())
+            self._alarm.ensure_due(now)
 
         self._storage.transaction(enroll)
         self._notify()
@@ -254,7 +262,7 @@ class MutationGate:
         self._failpoints.hit("maintenance:ensure:after")
 
     @contextmanager
-    def native_source(self) -> Iterator[None]:
+    def native_source(self, crash_fallback: int | None = None) -> Iterator[None]:
         """Mark the enclosed code as the maintenance pass's own native work.
 
         Inside it, native progress neither enrolls the native lane nor advances ``dirty``: the
@@ -266,10 +274,12 @@ class MutationGate:
         usable around awaits.
         """
         token = _native_source.set(True)
+        deadline = _crash_fallback.set(crash_fallback)
         try:
             yield
         finally:
             with suppress(ValueError):
+                _crash_fallback.reset(deadline)
                 _native_source.reset(token)
 
     # -- observers for the pass ------------------------------------------------------------
@@ -348,10 +358,18 @@ class MutationGate:
         its crash fallback when it began and sets it from what it reads at its checkpoint,
         and its final decision writes the slot exactly. The slot it found empty (the platform
         empties it when the alarm fires) still gets a deadline, so an object lost mid-pass
-        wakes up again; once armed, the pass's own native work does not touch it again.
+        wakes up again: the pass's crash fallback when it named one (no row read; a lane
+        due sooner is then served at most that much late, and only if the object is lost),
+        else the due queue's bound. Once armed, the pass's own native work leaves it alone.
         """
-        if enrolled or self._storage.known_alarm() is None:
+        if enrolled:
             self._alarm.ensure_due(now)
+        elif self._storage.known_alarm() is None:
+            fallback = _crash_fallback.get()
+            if fallback is None:
+                self._alarm.ensure_due(now)
+            else:
+                self._alarm.ensure_by(max(fallback, now + self._alarm.min_delay_ms))
 
     def _release(self, held: set[str], *, keep: frozenset[str] = frozenset()) -> None:
         for lane_id in list(held):

@@ -20,8 +20,9 @@ from threadline.threads.model import SubmissionState
 
 app = Application()
 
-#: The statements of a full scan of open work.
+#: The statements of a full scan of open work, and the due queue's earliest deadline.
 FULL_SCAN = {
+    "next due": "SELECT due_at FROM tl_lanes WHERE due_at IS NOT NULL ORDER BY due_at LIMIT 1",
     "faults": "SELECT thread_id, retry_at FROM tl_recovery_faults",
     "live": "SELECT DISTINCT thread_id FROM tl_submissions",
     "due timers": "SELECT DISTINCT s.thread_id",
@@ -67,9 +68,11 @@ async def _serve_one_due_timer() -> tuple[Counter[str], int]:
 def test_serving_a_due_timer_scans_open_work_once() -> None:
     # The pass recovers the timer's Thread (backlog), runs its head and checkpoints: one full
     # scan, not one per phase.
+    # The earliest due lane is read at the begin and for the final decision only: the pass's
+    # own native work arms the empty slot at the pass's crash fallback without a read.
     seen, passes = asyncio.run(_serve_one_due_timer())
     assert passes == 1
-    assert seen == Counter({name: 1 for name in FULL_SCAN})
+    assert seen == Counter({name: 1 for name in FULL_SCAN} | {"next due": 2})
 
 
 def test_a_pass_that_parks_a_head_certifies_its_generation_without_another_scan(

@@ -93,3 +93,28 @@ def test_native_progress_inside_the_pass_writes_no_lane_and_arms_an_empty_slot_o
     # Armed: more progress of the pass's own costs the retry check alone.
     assert _shape(_cost(storage, progress)) == (1, 0, 0, 0)
     assert sched.due_queue.get(NATIVE) == native
+
+
+def test_the_pass_arms_its_crash_fallback_without_reading_the_queue(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock
+) -> None:
+    fallback = clock.now_ms() + 5_000
+    storage.transaction(lambda: sched.due_queue.checkpoint_native(fallback))
+    storage.delete_alarm()  # the platform empties the slot when the alarm fires
+
+    def progress() -> None:
+        with sched.gate.native_source(crash_fallback=fallback):
+            storage.transaction(lambda: sched.gate.record_progress([NATIVE]))
+
+    def lease() -> None:
+        with sched.gate.native_source(crash_fallback=fallback):
+            sched.gate.schedule(NATIVE, clock.now_ms() + 60_000)
+
+    # clear_retry (one read) and the alarm at the fallback; no next().
+    assert _shape(_cost(storage, progress)) == (1, 0, 0, 1)
+    assert storage.known_alarm() == fallback
+    # A claim's lease deadline later than the fallback: one statement, nothing written.
+    assert _shape(_cost(storage, lease)) == (1, 0, 0, 0)
+    # Outside the pass the same enrollment still ensures the alarm from the queue.
+    assert _shape(_cost(storage, lambda: sched.gate.schedule(
+        NATIVE, clock.now_ms() + 60_000))) == (2, 1, 0, 0)
