@@ -151,6 +151,14 @@ class _Scan:
         self._parked: set[str] = set()
         #: When the last full scan read the due timers (see :meth:`scanned_at`).
         self._scanned_at: int | None = None
+        #: Whether the binding waits were read (by the last full scan).
+        self._waits_read = False
+
+    @property
+    def no_binding_waits(self) -> bool:
+        """True when the last full scan read the binding waits, found none, and the pass
+        parked nothing since: there is nothing for the checkpoint to prune."""
+        return self._waits_read and not self._parked
 
     @property
     def scanned_at(self) -> int | None:
@@ -192,6 +200,7 @@ class _Scan:
         if self._full or generations != self._generations:
             items, self._faults = owner._open_work(now)
             self._parked = set(owner._bindings.parked_submissions()) if items else set()
+            self._waits_read = bool(items)
             self._scanned_at = now
             views = classify(storage, items, now, active=active | runtime.active_threads,
                              faults=self._faults, parked=self._parked,
@@ -623,6 +632,7 @@ class Maintenance:
         gen = observed.generation
         assert gen is not None
         native: int | None
+        acknowledged = False
         if overlap:
             native = now + self._alarm.min_delay_ms
         elif owed_now:
@@ -636,12 +646,16 @@ class Maintenance:
                 generation.set_retry(self._storage, NativeRetry(gen, not_before, True, stalls + 1))
                 native = not_before
         else:
-            generation.acknowledge(self._storage, gen)
+            acknowledged = True
             native = None
         if timed:
             native = min(timed) if native is None else min(native, min(timed))
-        generation.set_nonterminal(self._storage, nonterminal)
-        self._bindings.prune()
+        if acknowledged:
+            generation.acknowledge_counting(self._storage, gen, nonterminal)
+        else:
+            generation.set_nonterminal(self._storage, nonterminal)
+        if not scan.no_binding_waits:
+            self._bindings.prune()
         self._queue.checkpoint_native(native)
 
     async def _rearm_failure(self, observed: _Observed) -> AlarmDecision:

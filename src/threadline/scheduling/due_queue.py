@@ -104,11 +104,14 @@ WHERE id = ? AND revision = ? AND due_at IS NOT NULL
 _MARK_REPORTED = """
 UPDATE tl_lanes SET reported = 1 WHERE id = ? AND state = 'parked' AND reported = 0
 """
+# The native lane as a pass decides it; no write when it already is so.
 _CHECKPOINT_DUE = """
 UPDATE tl_lanes SET due_at = ?, not_before = 0,
     state = CASE WHEN state = 'parked' THEN 'parked' ELSE 'due' END
-WHERE id = ?
+WHERE id = ? AND (due_at IS NOT ? OR not_before <> 0 OR state = 'idle')
 """
+_CHECKPOINT_IDLE = _MAKE_IDLE + " AND (due_at IS NOT NULL OR not_before <> 0 OR stalls <> 0" \
+    " OR reported <> 0)"
 
 
 def validate_host_lane_id(lane_id: str) -> str:
@@ -287,12 +290,19 @@ class DueQueue:
 
         The native lane's retry floor is the generation record's retry, not ``not_before``,
         so this clears the floor; it does not bump the revision (it is not a producer).
+        One statement while the lane's row exists (it is registered at start-up); nothing is
+        written when the lane already is as asked.
         """
-        self.register(NATIVE)
-        if due_at is None:
-            self._storage.exec(_MAKE_IDLE, NATIVE)
-        else:
-            self._storage.exec(_CHECKPOINT_DUE, int(due_at), NATIVE)
+        for _ in range(2):
+            if due_at is None:
+                changed = self._storage.exec(_CHECKPOINT_IDLE, NATIVE).changed
+            else:
+                changed = self._storage.exec(_CHECKPOINT_DUE, int(due_at), NATIVE,
+                                             int(due_at)).changed
+            # Nothing changed: the lane already is as asked, or its row is missing (then it
+            # is registered idle and set once more).
+            if changed or self._storage.exec(_REGISTER, NATIVE).changed == 0:
+                return
 
     def take_parked_reports(self) -> list[Lane]:
         """The parked lanes not reported yet, each marked reported so a parking is reported once.

@@ -118,3 +118,42 @@ def test_the_pass_arms_its_crash_fallback_without_reading_the_queue(
     # Outside the pass the same enrollment still ensures the alarm from the queue.
     assert _shape(_cost(storage, lambda: sched.gate.schedule(
         NATIVE, clock.now_ms() + 60_000))) == (2, 1, 0, 0)
+
+
+def test_checkpointing_the_native_lane_is_one_statement(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock
+) -> None:
+    queue = sched.due_queue
+    due = clock.now_ms() + 5_000
+    # A missing row is registered, then set.
+    storage.transaction(lambda: queue.checkpoint_native(due))
+    native = queue.get(NATIVE)
+    assert native is not None and native.due_at == due
+    assert _shape(_cost(storage, lambda: queue.checkpoint_native(due + 1))) == (1, 1, 1, 0)
+    assert _shape(_cost(storage, lambda: queue.checkpoint_native(None))) == (1, 1, 1, 0)
+    idle = queue.get(NATIVE)
+    assert idle is not None and idle.due_at is None
+    # Already as asked: nothing written (the registration check is the second statement).
+    assert _shape(_cost(storage, lambda: queue.checkpoint_native(None))) == (2, 0, 0, 0)
+    storage.transaction(lambda: queue.checkpoint_native(due))
+    assert _shape(_cost(storage, lambda: queue.checkpoint_native(due))) == (2, 0, 0, 0)
+
+
+def test_acknowledging_and_counting_is_one_compare_and_set(
+    sched: Scheduler, storage: SqliteStorage
+) -> None:
+    from threadline.scheduling import read_state, state
+
+    storage.transaction(lambda: state.bump_dirty(storage))
+    dirty = read_state(storage).dirty
+    assert _shape(_cost(storage, lambda: state.acknowledge_counting(storage, dirty, 3))) == (
+        1, 1, 1, 0)
+    assert (read_state(storage).processed, read_state(storage).nonterminal) == (dirty, 3)
+    # Again, or an older generation: nothing written, nothing moves back.
+    assert _shape(_cost(storage, lambda: state.acknowledge_counting(storage, dirty, 3))) == (
+        1, 0, 0, 0)
+    state.acknowledge_counting(storage, dirty - 1, 3)
+    assert read_state(storage).processed == dirty
+    # Beyond dirty: only the count moves.
+    state.acknowledge_counting(storage, dirty + 5, 0)
+    assert (read_state(storage).processed, read_state(storage).nonterminal) == (dirty, 0)
