@@ -113,6 +113,8 @@ class _Observed:
     earliest: int | None = None
     #: The native lane's crash-fallback deadline set at the begin of an actionable pass.
     fallback: int | None = None
+    #: Whether the generation record held a native retry at the begin.
+    retry_recorded: bool = True
 
 
 @dataclass
@@ -332,7 +334,8 @@ class Maintenance:
         scan = self._scan = _Scan(self)
         try:
             if observed.actionable:
-                with self._gate.native_source(crash_fallback=observed.fallback):
+                with self._gate.native_source(crash_fallback=observed.fallback,
+                                              retry_recorded=observed.retry_recorded):
                     await self._native(started, observed, tally, scan)
                 await self._checkpoint(observed, tally, scan)
             if waves:
@@ -374,6 +377,7 @@ class Maintenance:
                if observed.earliest is not None and observed.earliest <= now else [])
         native = next((lane for lane in due if lane.id == NATIVE), None)
         observed.generation = current.dirty
+        observed.retry_recorded = current.retry is not None
         observed.nonterminal = current.nonterminal
         observed.last_served = current.last_served_thread
         observed.last_recovered = current.last_recovered_thread

@@ -50,6 +50,8 @@ _current_lanes: ContextVar[frozenset[str]] = ContextVar(
 _native_source: ContextVar[bool] = ContextVar("threadline_native_source", default=False)
 # The crash-fallback deadline of the pass running that native work (None: not known).
 _crash_fallback: ContextVar[int | None] = ContextVar("threadline_crash_fallback", default=None)
+# False when that pass began with no native retry recorded: nothing for its progress to clear.
+_retry_recorded: ContextVar[bool] = ContextVar("threadline_retry_recorded", default=True)
 
 
 class MutationGate:
@@ -221,7 +223,8 @@ class MutationGate:
             self._queue.enroll(lane_id, now, progress=True)
         if NATIVE in affected:
             if inside_pass:
-                state.clear_retry(self._storage)
+                if _retry_recorded.get():
+                    state.clear_retry(self._storage)
             else:
                 state.bump_dirty(self._storage, clear_retry=True)
                 self._generations += 1
@@ -262,7 +265,9 @@ class MutationGate:
         self._failpoints.hit("maintenance:ensure:after")
 
     @contextmanager
-    def native_source(self, crash_fallback: int | None = None) -> Iterator[None]:
+    def native_source(
+        self, crash_fallback: int | None = None, *, retry_recorded: bool = True
+    ) -> Iterator[None]:
         """Mark the enclosed code as the maintenance pass's own native work.
 
         Inside it, native progress neither enrolls the native lane nor advances ``dirty``: the
@@ -272,13 +277,20 @@ class MutationGate:
         acknowledgement. The alarm is only armed if the slot is empty (see :meth:`_arm`);
         other lanes are enrolled as anywhere else. Tasks created inside inherit the mark;
         usable around awaits.
+
+        ``crash_fallback`` is the deadline the pass gave the native lane, where an empty slot
+        is armed without reading the queue. ``retry_recorded=False`` says the generation
+        record held no native retry when the pass began (nothing else records one before its
+        checkpoint), so native progress skips clearing it.
         """
         token = _native_source.set(True)
         deadline = _crash_fallback.set(crash_fallback)
+        recorded = _retry_recorded.set(retry_recorded)
         try:
             yield
         finally:
             with suppress(ValueError):
+                _retry_recorded.reset(recorded)
                 _crash_fallback.reset(deadline)
                 _native_source.reset(token)
 

@@ -28,6 +28,7 @@ FULL_SCAN = {
     "due timers": "SELECT DISTINCT s.thread_id",
     "binding waits": "SELECT submission_id FROM tl_binding_waits",
     "prune waits": "DELETE FROM tl_binding_waits",
+    "clear retry": "UPDATE tl_maintenance SET retry_generation = NULL",
 }
 
 
@@ -73,8 +74,10 @@ def test_serving_a_due_timer_scans_open_work_once() -> None:
     # own native work arms the empty slot at the pass's crash fallback without a read.
     seen, passes = asyncio.run(_serve_one_due_timer())
     assert passes == 1
-    # With no binding wait read, the checkpoint has none to prune.
-    assert seen == Counter({name: 1 for name in FULL_SCAN} | {"next due": 2, "prune waits": 0})
+    # With no binding wait read, the checkpoint has none to prune; with no native retry
+    # recorded at the begin, the pass's progress has none to clear.
+    assert seen == Counter({name: 1 for name in FULL_SCAN}
+                           | {"next due": 2, "prune waits": 0, "clear retry": 0})
 
 
 def test_a_pass_that_parks_a_head_certifies_its_generation_without_another_scan(

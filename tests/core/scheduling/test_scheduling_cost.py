@@ -157,3 +157,19 @@ def test_acknowledging_and_counting_is_one_compare_and_set(
     # Beyond dirty: only the count moves.
     state.acknowledge_counting(storage, dirty + 5, 0)
     assert (read_state(storage).processed, read_state(storage).nonterminal) == (dirty, 0)
+
+
+def test_native_progress_of_a_pass_that_saw_no_retry_reads_nothing(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock
+) -> None:
+    fallback = clock.now_ms() + 5_000
+    storage.transaction(lambda: sched.due_queue.checkpoint_native(fallback))
+
+    def progress(recorded: bool) -> None:
+        with sched.gate.native_source(crash_fallback=fallback, retry_recorded=recorded):
+            storage.transaction(lambda: sched.gate.record_progress([NATIVE]))
+
+    assert storage.known_alarm() is None
+    assert _shape(_cost(storage, lambda: progress(False))) == (0, 0, 0, 1)
+    assert _shape(_cost(storage, lambda: progress(False))) == (0, 0, 0, 0)
+    assert _shape(_cost(storage, lambda: progress(True))) == (1, 0, 0, 0)
