@@ -81,6 +81,12 @@ ON CONFLICT (id) DO UPDATE SET
     cursor = max(tl_lanes.cursor, excluded.cursor),
     revision = tl_lanes.revision + 1
 """
+# Native progress when the native lane is already due by then with its budget full: only the
+# revision would change, and no wave fences on it (a burst of admissions writes it once).
+_ENROLL_PROGRESS_NATIVE = _ENROLL_PROGRESS + """WHERE tl_lanes.due_at IS NULL
+    OR tl_lanes.due_at > excluded.due_at OR tl_lanes.state <> 'due' OR tl_lanes.not_before <> 0
+    OR tl_lanes.stalls <> 0 OR tl_lanes.reported <> 0 OR tl_lanes.cursor < excluded.cursor
+"""
 # A lane that was already parked keeps its stored report flag: the snapshot's copy may predate
 # take_parked_reports, and clearing it would report the same parking twice.
 _CLAIM = """
@@ -211,12 +217,14 @@ class DueQueue:
         earlier than its retry floor and keeps a parked lane parked, so repeating it changes
         nothing but the revision. With ``progress`` a real new fact replenishes the lane: the
         floor, the stall budget and the parked report reset. The native lane, which no wave
-        claims, keeps its revision when the enrollment would not make it due earlier: nothing
-        is written then, and it returns False (every other enrollment returns True).
+        claims, keeps its revision when the enrollment would change nothing else (not make it
+        due earlier, nor replenish it): nothing is written then, and without ``progress`` it
+        returns False (every other enrollment returns True).
         """
         validate_lane_id(lane_id)
         if progress:
-            self._storage.exec(_ENROLL_PROGRESS, lane_id, int(due_at), 0)
+            self._storage.exec(_ENROLL_PROGRESS_NATIVE if lane_id == NATIVE else _ENROLL_PROGRESS,
+                               lane_id, int(due_at), 0)
         elif lane_id == NATIVE:
             return self._storage.exec(_ENROLL_NATIVE, lane_id, int(due_at)).changed == 1
         else:

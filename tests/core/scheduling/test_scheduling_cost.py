@@ -173,3 +173,21 @@ def test_native_progress_of_a_pass_that_saw_no_retry_reads_nothing(
     assert _shape(_cost(storage, lambda: progress(False))) == (0, 0, 0, 1)
     assert _shape(_cost(storage, lambda: progress(False))) == (0, 0, 0, 0)
     assert _shape(_cost(storage, lambda: progress(True))) == (1, 0, 0, 0)
+
+
+def test_native_progress_on_a_lane_already_due_writes_nothing(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock
+) -> None:
+    queue = sched.due_queue
+    now = clock.now_ms()
+    storage.transaction(lambda: queue.enroll(NATIVE, now, progress=True))
+    native = queue.get(NATIVE)
+    # A burst of admissions: the second and later ones find the lane due, budget full.
+    assert _shape(_cost(storage, lambda: queue.enroll(NATIVE, now, progress=True))) == (
+        1, 0, 0, 0)
+    assert queue.get(NATIVE) == native
+    # A charged lane is replenished: written.
+    storage.exec("UPDATE tl_lanes SET stalls = 2 WHERE id = ?", NATIVE)
+    assert _shape(_cost(storage, lambda: queue.enroll(NATIVE, now, progress=True)))[2] == 1
+    replenished = queue.get(NATIVE)
+    assert replenished is not None and replenished.stalls == 0
