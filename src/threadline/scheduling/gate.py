@@ -202,9 +202,10 @@ class MutationGate:
         Also covers the lanes of the enclosing :meth:`mutate` / :meth:`mutation`. Progress
         makes the lanes due now and replenishes their retry budget; native progress advances
         the generation, except inside :meth:`native_source`, where it neither advances it nor
-        enrolls the native lane (the pass certifies its own work). Publication is enrolled only while ``publication_required``. Raises
-        :class:`SchedulingError` outside a transaction, where the progress could commit
-        without its fact (or the fact without its alarm).
+        enrolls the native lane (the pass certifies its own work). Publication is enrolled
+        only while ``publication_required``. Raises :class:`SchedulingError` outside a
+        transaction, where the progress could commit without its fact (or the fact without
+        its alarm).
         """
         if not self._storage.in_transaction():
             raise SchedulingError("record_progress() must run inside the source transaction")
