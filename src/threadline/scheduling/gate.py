@@ -175,6 +175,15 @@ class MutationGate:
 
         def enroll() -> None:
             now = self._clock.now_ms()
+            fallback = _crash_fallback.get() if _native_source.get() else None
+            if (progress_cursor is None and lane_id == NATIVE and fallback is not None
+                    and due_at >= fallback):
+                # The pass's own crash fallback (a claim's lease deadline, say) no earlier
+                # than the pass's: the native lane is due by then already (the pass set it at
+                # its begin and only producers outside it move it, always earlier), so the
+                # enrollment would change nothing; only the slot may need arming.
+                self._arm(now, False)
+                return
             if progress_cursor is None:
                 moved = self._queue.enroll(lane_id, due_at)
                 if lane_id == NATIVE and not moved and _native_source.get():

@@ -113,8 +113,16 @@ def test_the_pass_arms_its_crash_fallback_without_reading_the_queue(
     # clear_retry (one read) and the alarm at the fallback; no next().
     assert _shape(_cost(storage, progress)) == (1, 0, 0, 1)
     assert storage.known_alarm() == fallback
-    # A claim's lease deadline later than the fallback: one statement, nothing written.
-    assert _shape(_cost(storage, lease)) == (1, 0, 0, 0)
+    # A claim's lease deadline later than the fallback: no statement at all.
+    assert _shape(_cost(storage, lease)) == (0, 0, 0, 0)
+    # Earlier than the fallback (a short lease): enrolled as anywhere else.
+    def short_lease() -> None:
+        with sched.gate.native_source(crash_fallback=fallback):
+            sched.gate.schedule(NATIVE, fallback - 1_000)
+
+    assert _shape(_cost(storage, short_lease))[2] == 1
+    moved = sched.due_queue.get(NATIVE)
+    assert moved is not None and moved.due_at == fallback - 1_000
     # Outside the pass the same enrollment still ensures the alarm from the queue.
     assert _shape(_cost(storage, lambda: sched.gate.schedule(
         NATIVE, clock.now_ms() + 60_000))) == (2, 1, 0, 0)
