@@ -325,6 +325,7 @@ class Maintenance:
             observed.active_at_start = active
             due = self._storage.transaction(lambda: self._begin(started, observed))
             revision = self._gate.revision
+            enrollments = self._queue.lane_enrollments
         await self._fp.reached(BEGIN_AFTER)
 
         waves = [
@@ -340,8 +341,12 @@ class Maintenance:
                 await self._checkpoint(observed, tally, scan)
             if waves:
                 await asyncio.gather(*waves)
-            if observed.actionable:
-                # Lanes that became due meanwhile (recovery events of this pass, say).
+            if observed.actionable and (
+                    self._queue.lane_enrollments != enrollments
+                    or any(lane.id != NATIVE and lane.id not in tally.waves for lane in due)):
+                # Lanes enrolled meanwhile (recovery events of this pass, say), or due at the
+                # begin but held by a mutation then. One that merely fell due by the clock
+                # meanwhile is left to the final decision's alarm.
                 now = self._clock.now_ms()
                 later = [lane for lane in self._lanes.due(self._queue.due(now), now)
                          if lane.id not in tally.waves]

@@ -196,6 +196,9 @@ class DueQueue:
         self._storage = storage
         self._config = config
         self._rng = rng
+        #: In-memory count of enrollments of lanes other than native made through this
+        #: queue (a hint: a pass compares it to learn that no such lane was enrolled).
+        self.lane_enrollments = 0
 
     def register(self, lane_id: str) -> None:
         """Ensure the lane's row exists (idle when new). Registering twice changes nothing."""
@@ -222,6 +225,8 @@ class DueQueue:
         returns False (every other enrollment returns True).
         """
         validate_lane_id(lane_id)
+        if lane_id != NATIVE:
+            self.lane_enrollments += 1
         if progress:
             self._storage.exec(_ENROLL_PROGRESS_NATIVE if lane_id == NATIVE else _ENROLL_PROGRESS,
                                lane_id, int(due_at), 0)
@@ -244,6 +249,8 @@ class DueQueue:
         current = self.get(lane_id)
         if cursor > (0 if current is None else current.cursor):
             validate_lane_id(lane_id)
+            if lane_id != NATIVE:
+                self.lane_enrollments += 1
             self._storage.exec(_ENROLL_PROGRESS, lane_id, int(due_at), int(cursor))
             return True
         self.enroll(lane_id, due_at)

@@ -29,6 +29,8 @@ FULL_SCAN = {
     "binding waits": "SELECT submission_id FROM tl_binding_waits",
     "prune waits": "DELETE FROM tl_binding_waits",
     "clear retry": "UPDATE tl_maintenance SET retry_generation = NULL",
+    "due lanes": "SELECT id, due_at, not_before, revision, stalls, state, reported, cursor"
+                 " FROM tl_lanes WHERE due_at IS NOT NULL AND due_at <=",
 }
 
 
@@ -75,7 +77,8 @@ def test_serving_a_due_timer_scans_open_work_once() -> None:
     seen, passes = asyncio.run(_serve_one_due_timer())
     assert passes == 1
     # With no binding wait read, the checkpoint has none to prune; with no native retry
-    # recorded at the begin, the pass's progress has none to clear.
+    # recorded at the begin, the pass's progress has none to clear; with no other lane
+    # enrolled meanwhile, the due lanes are read at the begin only.
     assert seen == Counter({name: 1 for name in FULL_SCAN}
                            | {"next due": 2, "prune waits": 0, "clear retry": 0})
 
