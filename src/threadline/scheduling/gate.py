@@ -238,7 +238,12 @@ class MutationGate:
             else:
                 state.bump_dirty(self._storage, clear_retry=True)
                 self._generations += 1
-        self._arm(now, bool(enrolled))
+        if enrolled:
+            # A progress enrollment makes its lane due now at the latest, so the earliest due
+            # lane is at or before now and the bound is now + min_delay: no queue read needed.
+            self._alarm.ensure_by(now + self._alarm.min_delay_ms)
+        else:
+            self._arm(now, False)
         self._notify()
 
     def ensure_alarm(self) -> None:

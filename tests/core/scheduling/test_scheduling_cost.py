@@ -199,3 +199,17 @@ def test_native_progress_on_a_lane_already_due_writes_nothing(
     assert _shape(_cost(storage, lambda: queue.enroll(NATIVE, now, progress=True)))[2] == 1
     replenished = queue.get(NATIVE)
     assert replenished is not None and replenished.stalls == 0
+
+
+def test_progress_arms_the_alarm_without_reading_the_queue(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock
+) -> None:
+    # Progress makes its lane due now: the alarm bound is now + min_delay, no next() needed.
+    def admit() -> None:
+        storage.transaction(lambda: sched.gate.record_progress([NATIVE]))
+
+    # Enroll native + bump the generation (read 1, written 1) + the alarm write.
+    assert _shape(_cost(storage, admit)) == (2, 1, 2, 1)
+    assert storage.known_alarm() == clock.now_ms() + sched.config.min_alarm_delay_ms
+    # The lane already due: only the generation moves; the alarm stays.
+    assert _shape(_cost(storage, admit)) == (2, 1, 1, 0)
