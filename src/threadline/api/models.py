@@ -335,7 +335,11 @@ class MaintenanceView(_Response):
     generation: GenerationView
     faults: list[FaultView]
     binding_waits: list[BindingWaitView]
-    pass_reports: list[PassReportView] = Field(description="Newest first.")
+    pass_reports: list[PassReportView] = Field(
+        description="Newest first: the actionable and failed passes of the object's current"
+        " incarnation (kept in memory), then the failed passes of earlier incarnations (stored)."
+        " Caught-up passes are not listed."
+    )
 
 
 class FieldError(_Response):

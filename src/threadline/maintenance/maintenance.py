@@ -61,7 +61,7 @@ from threadline.scheduling import (
 from threadline.scheduling import state as generation
 from threadline.storage.port import Storage
 from threadline.threads import waits
-from threadline.threads.model import WorkItem
+from threadline.threads.model import CLAIMABLE, SubmissionState, WorkItem
 from threadline.threads.recovery import Disposition, RecoveryBlocked, RecoverySweepResult
 from threadline.threads.runtime import ThreadRuntime
 
@@ -111,6 +111,10 @@ class _Observed:
     last_recovered: str | None = None
     #: The earliest lane due at the begin (None: no lane due at all).
     earliest: int | None = None
+    #: The native lane's crash-fallback deadline set at the begin of an actionable pass.
+    fallback: int | None = None
+    #: Whether the generation record held a native retry at the begin.
+    retry_recorded: bool = True
 
 
 @dataclass
@@ -129,11 +133,13 @@ class _Scan:
     """The pass's view of open work, refreshed per Thread as its Attempts end.
 
     Only Threads with work that may be owed now are visited (see :meth:`Maintenance._open_work`).
-    They are read at the start, after backlog recovery and whenever a producer
-    outside the pass advanced the generation through the gate (the pass's own commits do not;
-    the gate's in-memory hint saves a storage read per Attempt, and the checkpoint still checks
-    the durable generation). Otherwise only a Thread whose Attempt just ended is read again, so
-    a pass over many Threads does not rescan all open work per Attempt.
+    They are read at the start, and again whenever a producer outside the pass advanced the
+    generation through the gate (the pass's own commits do not; the gate's in-memory hint
+    saves a storage read per Attempt, and the checkpoint still checks the durable generation).
+    Otherwise only a Thread the pass itself touched (recovered, ran, or left running at a
+    deadline) is read again, with the faults and binding waits the pass itself recorded, so
+    a pass over many Threads does not rescan all open work per Attempt, and the checkpoint
+    reads no more than what changed.
     """
 
     def __init__(self, owner: Maintenance) -> None:
@@ -144,7 +150,23 @@ class _Scan:
         self._full = True
         self._first = True
         self._faults: dict[str, int] = {}
-        self._parked: frozenset[str] = frozenset()
+        self._parked: set[str] = set()
+        #: When the last full scan read the due timers (see :meth:`scanned_at`).
+        self._scanned_at: int | None = None
+        #: Whether the binding waits were read (by the last full scan).
+        self._waits_read = False
+
+    @property
+    def no_binding_waits(self) -> bool:
+        """True when the last full scan read the binding waits, found none, and the pass
+        parked nothing since: there is nothing for the checkpoint to prune."""
+        return self._waits_read and not self._parked
+
+    @property
+    def scanned_at(self) -> int | None:
+        """``now`` of the last full scan: a timer due at or before it was visited, a later
+        one was not (None before the first scan)."""
+        return self._scanned_at
 
     def invalidate(self) -> None:
         """Scan everything next time."""
@@ -154,6 +176,24 @@ class _Scan:
         """Read ``thread_id`` again next time."""
         self._stale.add(thread_id)
 
+    def fault(self, thread_id: str, retry_at: int | None) -> None:
+        """The pass recorded (``retry_at``) or cleared (None) the fault of ``thread_id``."""
+        if retry_at is None:
+            self._faults.pop(thread_id, None)
+        else:
+            self._faults[thread_id] = retry_at
+        self._stale.add(thread_id)
+
+    def parked(self, thread_id: str, submission_id: str) -> None:
+        """The pass parked ``submission_id`` on a binding wait."""
+        self._parked.add(submission_id)
+        self._stale.add(thread_id)
+
+    def settle_active(self) -> None:
+        """Every Attempt of the pass has ended: read again the Threads seen running."""
+        self._stale.update(thread_id for thread_id, view in self._views.items()
+                           if view.need is Need.ACTIVE)
+
     def current(self, now: int, active: frozenset[str]) -> list[ThreadView]:
         owner = self._owner
         storage = owner._storage
@@ -161,7 +201,9 @@ class _Scan:
         generations = owner._gate.generations
         if self._full or generations != self._generations:
             items, self._faults = owner._open_work(now)
-            self._parked = owner._bindings.parked_submissions() if items else frozenset()
+            self._parked = set(owner._bindings.parked_submissions()) if items else set()
+            self._waits_read = bool(items)
+            self._scanned_at = now
             views = classify(storage, items, now, active=active | runtime.active_threads,
                              faults=self._faults, parked=self._parked,
                              registered=runtime.registry)
@@ -202,8 +244,10 @@ class Maintenance:
         self._faults = parts.faults
         self._bindings = parts.bindings
         self._log = parts.log if parts.log is not None else _logger.error
-        #: Recent pass reports of this incarnation (actionable and failed ones are durable too).
+        #: Recent pass reports of this incarnation (failed ones are durable too).
         self.reports = PassReports(parts.storage)
+        #: The running pass's view of open work (None between passes).
+        self._scan: _Scan | None = None
 
     # -- start -------------------------------------------------------------------------------
 
@@ -281,27 +325,35 @@ class Maintenance:
             observed.active_at_start = active
             due = self._storage.transaction(lambda: self._begin(started, observed))
             revision = self._gate.revision
+            enrollments = self._queue.lane_enrollments
         await self._fp.reached(BEGIN_AFTER)
 
         waves = [
             asyncio.ensure_future(self._wave(lane, event_deadline, tally))
             for lane in self._lanes.due(due, started)
         ]
+        scan = self._scan = _Scan(self)
         try:
             if observed.actionable:
-                with self._gate.native_source():
-                    await self._native(started, observed, tally)
-                await self._checkpoint(observed, tally)
+                with self._gate.native_source(crash_fallback=observed.fallback,
+                                              retry_recorded=observed.retry_recorded):
+                    await self._native(started, observed, tally, scan)
+                await self._checkpoint(observed, tally, scan)
             if waves:
                 await asyncio.gather(*waves)
-            if observed.actionable:
-                # Lanes that became due meanwhile (recovery events of this pass, say).
+            if observed.actionable and (
+                    self._queue.lane_enrollments != enrollments
+                    or any(lane.id != NATIVE and lane.id not in tally.waves for lane in due)):
+                # Lanes enrolled meanwhile (recovery events of this pass, say), or due at the
+                # begin but held by a mutation then. One that merely fell due by the clock
+                # meanwhile is left to the final decision's alarm.
                 now = self._clock.now_ms()
                 later = [lane for lane in self._lanes.due(self._queue.due(now), now)
                          if lane.id not in tally.waves]
                 await asyncio.gather(*(self._wave(lane, event_deadline, tally)
                                        for lane in later))
         finally:
+            self._scan = None
             for wave in waves:
                 wave.cancel()
 
@@ -330,6 +382,7 @@ class Maintenance:
                if observed.earliest is not None and observed.earliest <= now else [])
         native = next((lane for lane in due if lane.id == NATIVE), None)
         observed.generation = current.dirty
+        observed.retry_recorded = current.retry is not None
         observed.nonterminal = current.nonterminal
         observed.last_served = current.last_served_thread
         observed.last_recovered = current.last_recovered_thread
@@ -339,7 +392,8 @@ class Maintenance:
             # due again after a backoff, not at once and forever. The checkpoint replaces it.
             retry = current.pending_retry
             stalls = 0 if retry is None else retry.stalls
-            self._queue.checkpoint_native(now + backoff_ms(stalls, self._config, self._rng))
+            observed.fallback = now + backoff_ms(stalls, self._config, self._rng)
+            self._queue.checkpoint_native(observed.fallback)
         return due
 
     async def _wave(self, lane: Lane, until: int, tally: _Tally) -> WaveResult:
@@ -370,22 +424,15 @@ class Maintenance:
         items = [item for thread_id in sorted(threads) for item in ledger.thread_open(thread_id)]
         return items, deadlines
 
-    def _views(self, now: int, active: set[str] | frozenset[str]) -> list[ThreadView]:
-        items, deadlines = self._open_work(now)
-        parked = self._bindings.parked_submissions() if items else frozenset()
-        return classify(
-            self._storage, items, now, active=active | self._runtime.active_threads,
-            faults=deadlines, parked=parked, registered=self._runtime.registry,
-        )
-
-    async def _native(self, started: int, observed: _Observed, tally: _Tally) -> None:
+    async def _native(
+        self, started: int, observed: _Observed, tally: _Tally, scan: _Scan
+    ) -> None:
         config = self._config
         yield_after = started + config.yield_after_ms
         event_deadline = started + config.event_deadline_ms
         tasks: dict[str, asyncio.Task[bool]] = {}
         deferred: set[str] = set()
         recovered: set[str] = set()
-        scan = _Scan(self)
         deadline = asyncio.ensure_future(self._clock.sleep_until(event_deadline))
         try:
             while True:
@@ -394,14 +441,15 @@ class Maintenance:
                     tally.cut_short = True
                     break
                 views = scan.current(now, frozenset(tasks))
-                tally.nonterminal = sum(len(view.items) for view in views)
+                tally.nonterminal = _nonterminal(views)
                 # Each Thread is recovered at most once per pass outside its own dispatch.
                 backlog = [view for view in views if view.need is Need.RECOVER
                            and view.thread_id not in recovered and view.thread_id not in tasks]
                 if backlog:
                     recovered.update(view.thread_id for view in backlog)
                     await self._recover_backlog(backlog, observed, tally, event_deadline)
-                    scan.invalidate()
+                    for view in backlog:
+                        scan.changed(view.thread_id)
                     continue
                 if now < yield_after:
                     free = config.native_concurrency - len(tasks)
@@ -428,8 +476,9 @@ class Maintenance:
                             deferred.add(thread_id)
         finally:
             deadline.cancel()
-            for task in tasks.values():
+            for thread_id, task in tasks.items():
                 task.cancel()
+                scan.changed(thread_id)
             for task in tasks.values():
                 # Cancelled at the event deadline or because the pass failed: the claim stays
                 # this incarnation's, no longer active, so the next recovery takes it at once.
@@ -467,12 +516,16 @@ class Maintenance:
         last = observed.last_recovered
         after = [view for view in backlog if last is None or view.thread_id > last]
         before = [view for view in backlog if last is not None and view.thread_id <= last]
+        # With one Thread to recover there is no front to restart at: the cursor is kept in
+        # memory only (a row written per recovery saved).
+        durable = len(backlog) > 1
         for view in after + before:
             if self._clock.now_ms() >= deadline:
                 tally.cut_short = True
                 return
             await self._fp.reached(SELECT_BEFORE)
-            self._set_cursor("last_recovered_thread", view.thread_id)
+            if durable:
+                self._set_cursor("last_recovered_thread", view.thread_id)
             await self._fp.reached(SELECT_AFTER)
             observed.last_recovered = view.thread_id
             await self._recover(view, tally)
@@ -495,13 +548,21 @@ class Maintenance:
         await self._fp.reached(RECOVERY_STATUS_BEFORE)
         fault = self._faults.observe(view.thread_id, sweep, recipients=view.submission_ids,
                                      faulted=faulted)
+        if self._scan is not None:
+            self._scan.fault(view.thread_id, None if fault is None else fault.retry_at)
         await self._fp.reached(RECOVERY_STATUS_AFTER)
         return fault is None
 
     async def _select(
         self, runnable: list[ThreadView], free: int, observed: _Observed
     ) -> list[ThreadView]:
-        """Choose up to ``free`` Threads round-robin after ``last_served_thread``; persist it."""
+        """Choose up to ``free`` Threads round-robin after ``last_served_thread``.
+
+        The cursor is stored before the Attempts start only when some runnable Thread is left
+        out: then it is what keeps an eviction mid-Attempt from favouring the same Threads
+        again. When every runnable Thread is chosen nobody waits behind them, so it is kept
+        in memory only (a row written per dispatch saved).
+        """
         ordered = sorted(runnable, key=lambda view: view.thread_id)
         last = observed.last_served
         pivot = next((i for i, view in enumerate(ordered)
@@ -509,7 +570,8 @@ class Maintenance:
         chosen = (ordered[pivot:] + ordered[:pivot])[:free]
         await self._fp.reached(SELECT_BEFORE)
         newest = chosen[-1].thread_id
-        self._set_cursor("last_served_thread", newest)
+        if len(ordered) > len(chosen):
+            self._set_cursor("last_served_thread", newest)
         observed.last_served = newest
         await self._fp.reached(SELECT_AFTER)
         return chosen
@@ -527,6 +589,8 @@ class Maintenance:
                 if head is not None:
                     await self._fp.reached(BINDING_BEFORE)
                     self._bindings.park(view.thread_id, head.submission_id, head.agent)
+                    if self._scan is not None:
+                        self._scan.parked(view.thread_id, head.submission_id)
                     await self._fp.reached(BINDING_AFTER)
             except (ThreadlineError, ValueError, KeyError) as exc:
                 await self._blocked(view, exc)
@@ -548,24 +612,28 @@ class Maintenance:
 
     # -- checkpoint and failure ----------------------------------------------------------------
 
-    async def _checkpoint(self, observed: _Observed, tally: _Tally) -> None:
+    async def _checkpoint(self, observed: _Observed, tally: _Tally, scan: _Scan) -> None:
         await self._fp.reached(CHECKPOINT_BEFORE)
         with self._gate.snapshot() as active:
-            self._storage.transaction(lambda: self._certify(observed, tally, active))
+            self._storage.transaction(lambda: self._certify(observed, tally, active, scan))
         await self._fp.reached(CHECKPOINT_AFTER)
 
-    def _certify(self, observed: _Observed, tally: _Tally, active: int) -> None:
+    def _certify(self, observed: _Observed, tally: _Tally, active: int, scan: _Scan) -> None:
         now = self._clock.now_ms()
         current = generation.read_state(self._storage)
-        views = self._views(now, frozenset())
-        nonterminal = sum(len(view.items) for view in views)
+        # Every Attempt has joined: the scan re-reads the Threads the pass touched (or all of
+        # them, had a producer outside the pass advanced the generation meanwhile).
+        scan.settle_active()
+        views = scan.current(now, frozenset())
+        nonterminal = _nonterminal(views)
         tally.nonterminal = nonterminal
         owed_now = any(view.need in (Need.RUNNABLE, Need.RECOVER) for view in views)
         timed = [view.due_at for view in views
                  if view.need in (Need.TIMED, Need.FAULTED) and view.due_at is not None]
-        # Suspensions whose timers are not due were not visited: their earliest timer bounds
-        # when one can wake.
-        sleeper = waits.next_timer(self._storage, now)
+        # Suspensions whose timers were not due at the last full scan were not visited: their
+        # earliest timer bounds when one can wake (one that fell due since is due now).
+        since = scan.scanned_at
+        sleeper = waits.next_timer(self._storage, now if since is None else since)
         if sleeper is not None:
             timed.append(sleeper)
         overlap = (observed.active_at_start > 0 or active > 0
@@ -573,6 +641,7 @@ class Maintenance:
         gen = observed.generation
         assert gen is not None
         native: int | None
+        acknowledged = False
         if overlap:
             native = now + self._alarm.min_delay_ms
         elif owed_now:
@@ -586,12 +655,16 @@ class Maintenance:
                 generation.set_retry(self._storage, NativeRetry(gen, not_before, True, stalls + 1))
                 native = not_before
         else:
-            generation.acknowledge(self._storage, gen)
+            acknowledged = True
             native = None
         if timed:
             native = min(timed) if native is None else min(native, min(timed))
-        generation.set_nonterminal(self._storage, nonterminal)
-        self._bindings.prune()
+        if acknowledged:
+            generation.acknowledge_counting(self._storage, gen, nonterminal)
+        else:
+            generation.set_nonterminal(self._storage, nonterminal)
+        if not scan.no_binding_waits:
+            self._bindings.prune()
         self._queue.checkpoint_native(native)
 
     async def _rearm_failure(self, observed: _Observed) -> AlarmDecision:
@@ -626,6 +699,24 @@ class Maintenance:
             self.reports.keep(report)
         except ThreadlineError as exc:
             self._log(f"threadline: could not store a pass report ({type(exc).__name__})")
+
+
+_LIVE = frozenset({*CLAIMABLE, SubmissionState.RUNNING, SubmissionState.TERMINALIZING})
+
+
+def _nonterminal(views: list[ThreadView]) -> int:
+    """The open submissions of the Threads a full scan visits (live, due or faulted work).
+
+    The pass keeps the views of the Threads it touched; one of them that went to sleep on a
+    timer that is not due (or waits for the outside world with nothing live) is one a full
+    scan would not read, so it is not counted: the figure, and the stored row, do not change
+    with which Threads the pass happened to run.
+    """
+    return sum(
+        len(view.items) for view in views
+        if view.faulted or view.need not in (Need.TIMED, Need.STABLE)
+        or any(item.state in _LIVE for item in view.items)
+    )
 
 
 __all__ = ["Maintenance", "MaintenanceParts"]

@@ -13,12 +13,12 @@ from threadline.maintenance.bindings import BindingWaits
 from threadline.maintenance.faults import RecoveryFaults
 from threadline.maintenance.report import PassReport, PassReports
 
-#: How many stored pass reports the readout lists.
+#: How many pass reports the readout lists.
 LISTED_REPORTS = 20
 
 
 class MaintenanceReadout:
-    """The object's recovery faults, binding waits and last stored pass reports."""
+    """The object's recovery faults, binding waits and last pass reports."""
 
     def __init__(
         self, faults: RecoveryFaults, bindings: BindingWaits, reports: PassReports
@@ -52,9 +52,11 @@ class MaintenanceReadout:
         ]
 
     def pass_reports(self) -> Sequence[Mapping[str, Any]]:
-        """The last actionable and failed passes, newest first (caught-up passes, which did
-        nothing native, are not stored)."""
-        return [_report(report) for report in self._reports.stored(LISTED_REPORTS)]
+        """The last actionable and failed passes, newest first: this incarnation's from
+        memory, then failed ones of earlier incarnations from storage (an actionable pass is
+        not stored, so one run before the last restart is no longer listed; caught-up passes,
+        which did nothing native, are never listed). See :meth:`PassReports.listed`."""
+        return [_report(report) for report in self._reports.listed(LISTED_REPORTS)]
 
 
 def _report(report: PassReport) -> dict[str, Any]:

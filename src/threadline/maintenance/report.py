@@ -1,8 +1,10 @@
 """``PassReport``: what one maintenance pass did, and what it cost.
 
-Every pass returns one. Actionable and failed passes are the ones an operator needs to audit,
-so they are kept durably (the last :data:`KEPT_REPORTS`, in ``tl_pass_reports``); a caught-up
-pass must write nothing but its alarm decision, so those are kept in memory with a count.
+Every pass returns one. The recent reports of an incarnation are kept in memory (the last
+:data:`KEPT_REPORTS`); only failed passes, the ones an operator needs after the object was lost
+and restarted, are also stored (the last :data:`KEPT_REPORTS`, in ``tl_pass_reports``). Storing
+every actionable pass would cost each unit of work one more row written (two once the table is
+full and trimmed); a caught-up pass must write nothing but its alarm decision.
 
 A report never carries user payloads: a failure is its exception type and message only.
 """
@@ -17,7 +19,7 @@ from threadline.scheduling import AlarmDecision
 from threadline.storage.meter import MeterReading
 from threadline.storage.port import Row, Storage
 
-#: How many actionable or failed reports are kept durably (and caught-up ones in memory).
+#: How many reports are kept in memory, and how many failed ones durably.
 KEPT_REPORTS = 50
 #: A failure message longer than this is cut.
 MAX_FAILURE_CHARS = 500
@@ -111,20 +113,27 @@ def failure_fields(exc: BaseException) -> dict[str, str]:
 
 
 class PassReports:
-    """The reports of one object: recent ones in memory, actionable and failed ones durable."""
+    """The reports of one object: recent ones in memory, failed ones durable too."""
 
     def __init__(self, storage: Storage) -> None:
         self._storage = storage
         #: The most recent reports of this incarnation, oldest first.
         self.recent: deque[PassReport] = deque(maxlen=KEPT_REPORTS)
-        #: Caught-up passes this incarnation ran (they are not stored).
+        #: Caught-up passes this incarnation ran.
         self.caught_up = 0
+        #: The most recent actionable and failed reports of this incarnation, oldest first.
+        self._notable: deque[PassReport] = deque(maxlen=KEPT_REPORTS)
+        #: Failed reports this incarnation stored (the newest rows of ``tl_pass_reports``).
+        self._stored_here = 0
 
     def keep(self, report: PassReport) -> None:
-        """Remember ``report``; store it unless it is caught up (one insert, one trim)."""
+        """Remember ``report``; store it too when the pass failed (one insert, one trim)."""
         self.recent.append(report)
         if report.phase is PassPhase.CAUGHT_UP:
             self.caught_up += 1
+            return
+        self._notable.append(report)
+        if report.phase is not PassPhase.FAILED:
             return
 
         def store() -> None:
@@ -138,10 +147,25 @@ class PassReports:
             self._storage.exec(_TRIM, KEPT_REPORTS)
 
         self._storage.transaction(store)
+        self._stored_here += 1
 
     def stored(self, limit: int = KEPT_REPORTS) -> list[PassReport]:
-        """The durable reports, newest first."""
+        """The durable (failed) reports, newest first."""
         return [PassReport.from_row(row) for row in self._storage.exec(_RECENT, limit)]
+
+    def listed(self, limit: int = KEPT_REPORTS) -> list[PassReport]:
+        """The passes an operator audits, newest first: this incarnation's actionable and
+        failed passes (from memory), then the failed passes of earlier incarnations (stored).
+
+        Caught-up passes, which did nothing native, are left out. The stored rows are read
+        only when memory holds fewer than ``limit``; those this incarnation stored itself are
+        already listed from memory and skipped.
+        """
+        here = list(reversed(self._notable))[:limit]
+        if len(here) >= limit:
+            return here
+        earlier = self.stored(limit + self._stored_here)[self._stored_here:]
+        return (here + earlier)[:limit]
 
 
 __all__ = [

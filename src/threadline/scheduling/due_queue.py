@@ -66,6 +66,11 @@ ON CONFLICT (id) DO UPDATE SET
     state = CASE WHEN tl_lanes.state = 'parked' THEN 'parked' ELSE 'due' END,
     revision = tl_lanes.revision + 1
 """
+# The native lane is never claimed by a wave, so its revision fences nothing: an enrollment that
+# would not make it due any earlier writes nothing (a lane row and its index entry saved).
+_ENROLL_NATIVE = _ENROLL + """WHERE tl_lanes.due_at IS NULL
+    OR tl_lanes.due_at > max(excluded.due_at, tl_lanes.not_before)
+"""
 # Progress is a new fact: the floor, the stall budget and the parked report all reset.
 _ENROLL_PROGRESS = """
 INSERT INTO tl_lanes (id, due_at, state, revision, cursor) VALUES (?, ?, 'due', 1, ?)
@@ -75,6 +80,12 @@ ON CONFLICT (id) DO UPDATE SET
     state = 'due', not_before = 0, stalls = 0, reported = 0,
     cursor = max(tl_lanes.cursor, excluded.cursor),
     revision = tl_lanes.revision + 1
+"""
+# Native progress when the native lane is already due by then with its budget full: only the
+# revision would change, and no wave fences on it (a burst of admissions writes it once).
+_ENROLL_PROGRESS_NATIVE = _ENROLL_PROGRESS + """WHERE tl_lanes.due_at IS NULL
+    OR tl_lanes.due_at > excluded.due_at OR tl_lanes.state <> 'due' OR tl_lanes.not_before <> 0
+    OR tl_lanes.stalls <> 0 OR tl_lanes.reported <> 0 OR tl_lanes.cursor < excluded.cursor
 """
 # A lane that was already parked keeps its stored report flag: the snapshot's copy may predate
 # take_parked_reports, and clearing it would report the same parking twice.
@@ -99,11 +110,14 @@ WHERE id = ? AND revision = ? AND due_at IS NOT NULL
 _MARK_REPORTED = """
 UPDATE tl_lanes SET reported = 1 WHERE id = ? AND state = 'parked' AND reported = 0
 """
+# The native lane as a pass decides it; no write when it already is so.
 _CHECKPOINT_DUE = """
 UPDATE tl_lanes SET due_at = ?, not_before = 0,
     state = CASE WHEN state = 'parked' THEN 'parked' ELSE 'due' END
-WHERE id = ?
+WHERE id = ? AND (due_at IS NOT ? OR not_before <> 0 OR state = 'idle')
 """
+_CHECKPOINT_IDLE = _MAKE_IDLE + " AND (due_at IS NOT NULL OR not_before <> 0 OR stalls <> 0" \
+    " OR reported <> 0)"
 
 
 def validate_host_lane_id(lane_id: str) -> str:
@@ -182,6 +196,9 @@ class DueQueue:
         self._storage = storage
         self._config = config
         self._rng = rng
+        #: In-memory count of enrollments of lanes other than native made through this
+        #: queue (a hint: a pass compares it to learn that no such lane was enrolled).
+        self.lane_enrollments = 0
 
     def register(self, lane_id: str) -> None:
         """Ensure the lane's row exists (idle when new). Registering twice changes nothing."""
@@ -196,19 +213,28 @@ class DueQueue:
         """Every lane, ordered by id (a full read; for reports and tests, not the hot path)."""
         return [Lane.from_row(row) for row in self._storage.exec(_SELECT_ALL)]
 
-    def enroll(self, lane_id: str, due_at: int, *, progress: bool = False) -> None:
+    def enroll(self, lane_id: str, due_at: int, *, progress: bool = False) -> bool:
         """Make the lane due no later than ``due_at`` and bump its revision.
 
         Without ``progress`` this is a hint or a crash fallback: it never moves the lane
         earlier than its retry floor and keeps a parked lane parked, so repeating it changes
         nothing but the revision. With ``progress`` a real new fact replenishes the lane: the
-        floor, the stall budget and the parked report reset.
+        floor, the stall budget and the parked report reset. The native lane, which no wave
+        claims, keeps its revision when the enrollment would change nothing else (not make it
+        due earlier, nor replenish it): nothing is written then, and without ``progress`` it
+        returns False (every other enrollment returns True).
         """
         validate_lane_id(lane_id)
+        if lane_id != NATIVE:
+            self.lane_enrollments += 1
         if progress:
-            self._storage.exec(_ENROLL_PROGRESS, lane_id, int(due_at), 0)
+            self._storage.exec(_ENROLL_PROGRESS_NATIVE if lane_id == NATIVE else _ENROLL_PROGRESS,
+                               lane_id, int(due_at), 0)
+        elif lane_id == NATIVE:
+            return self._storage.exec(_ENROLL_NATIVE, lane_id, int(due_at)).changed == 1
         else:
             self._storage.exec(_ENROLL, lane_id, int(due_at))
+        return True
 
     def progress(self, lane_id: str, due_at: int, cursor: int) -> bool:
         """Enroll the lane for the source fact named by ``cursor``; True when it is progress.
@@ -223,6 +249,8 @@ class DueQueue:
         current = self.get(lane_id)
         if cursor > (0 if current is None else current.cursor):
             validate_lane_id(lane_id)
+            if lane_id != NATIVE:
+                self.lane_enrollments += 1
             self._storage.exec(_ENROLL_PROGRESS, lane_id, int(due_at), int(cursor))
             return True
         self.enroll(lane_id, due_at)
@@ -277,12 +305,19 @@ class DueQueue:
 
         The native lane's retry floor is the generation record's retry, not ``not_before``,
         so this clears the floor; it does not bump the revision (it is not a producer).
+        One statement while the lane's row exists (it is registered at start-up); nothing is
+        written when the lane already is as asked.
         """
-        self.register(NATIVE)
-        if due_at is None:
-            self._storage.exec(_MAKE_IDLE, NATIVE)
-        else:
-            self._storage.exec(_CHECKPOINT_DUE, int(due_at), NATIVE)
+        for _ in range(2):
+            if due_at is None:
+                changed = self._storage.exec(_CHECKPOINT_IDLE, NATIVE).changed
+            else:
+                changed = self._storage.exec(_CHECKPOINT_DUE, int(due_at), NATIVE,
+                                             int(due_at)).changed
+            # Nothing changed: the lane already is as asked, or its row is missing (then it
+            # is registered idle and set once more).
+            if changed or self._storage.exec(_REGISTER, NATIVE).changed == 0:
+                return
 
     def take_parked_reports(self) -> list[Lane]:
         """The parked lanes not reported yet, each marked reported so a parking is reported once.

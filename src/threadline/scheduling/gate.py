@@ -48,6 +48,10 @@ _current_lanes: ContextVar[frozenset[str]] = ContextVar(
 # certifies those source changes itself after its Attempts join, so they must not advance the
 # generation it is about to acknowledge (each pass would otherwise cost one more pass).
 _native_source: ContextVar[bool] = ContextVar("threadline_native_source", default=False)
+# The crash-fallback deadline of the pass running that native work (None: not known).
+_crash_fallback: ContextVar[int | None] = ContextVar("threadline_crash_fallback", default=None)
+# False when that pass began with no native retry recorded: nothing for its progress to clear.
+_retry_recorded: ContextVar[bool] = ContextVar("threadline_retry_recorded", default=True)
 
 
 class MutationGate:
@@ -170,8 +174,23 @@ class MutationGate:
         validate_lane_id(lane_id)
 
         def enroll() -> None:
+            now = self._clock.now_ms()
+            fallback = _crash_fallback.get() if _native_source.get() else None
+            if (progress_cursor is None and lane_id == NATIVE and fallback is not None
+                    and due_at >= fallback):
+                # The pass's own crash fallback (a claim's lease deadline, say) no earlier
+                # than the pass's: the native lane is due by then already (the pass set it at
+                # its begin and only producers outside it move it, always earlier), so the
+                # enrollment would change nothing; only the slot may need arming.
+                self._arm(now, False)
+                return
             if progress_cursor is None:
-                self._queue.enroll(lane_id, due_at)
+                moved = self._queue.enroll(lane_id, due_at)
+                if lane_id == NATIVE and not moved and _native_source.get():
+                    # The pass's own crash fallback (a claim's lease deadline, say) when the
+                    # native lane is already due sooner: the alarm is the pass's to decide.
+                    self._arm(now, False)
+                    return
             elif self._queue.progress(lane_id, due_at, progress_cursor) and lane_id in (
                 NATIVE,
                 PUBLICATION,
@@ -181,7 +200,7 @@ class MutationGate:
                     self._queue.enroll(NATIVE, due_at, progress=True)
                 state.bump_dirty(self._storage, clear_retry=True)
                 self._generations += 1
-            self._alarm.ensure_due(self._clock.now_ms())
+            self._alarm.ensure_due(now)
 
         self._storage.transaction(enroll)
         self._notify()
@@ -191,10 +210,11 @@ class MutationGate:
 
         Also covers the lanes of the enclosing :meth:`mutate` / :meth:`mutation`. Progress
         makes the lanes due now and replenishes their retry budget; native progress advances
-        the generation, except inside :meth:`native_source` (the pass certifies its own
-        work). Publication is enrolled only while ``publication_required``. Raises
-        :class:`SchedulingError` outside a transaction, where the progress could commit
-        without its fact (or the fact without its alarm).
+        the generation, except inside :meth:`native_source`, where it neither advances it nor
+        enrolls the native lane (the pass certifies its own work). Publication is enrolled
+        only while ``publication_required``. Raises :class:`SchedulingError` outside a
+        transaction, where the progress could commit without its fact (or the fact without
+        its alarm).
         """
         if not self._storage.in_transaction():
             raise SchedulingError("record_progress() must run inside the source transaction")
@@ -207,15 +227,23 @@ class MutationGate:
         if not affected:
             return
         now = self._clock.now_ms()
-        for lane_id in sorted(affected):
+        inside_pass = _native_source.get()
+        enrolled = sorted(affected - {NATIVE}) if inside_pass else sorted(affected)
+        for lane_id in enrolled:
             self._queue.enroll(lane_id, now, progress=True)
         if NATIVE in affected:
-            if _native_source.get():
-                state.clear_retry(self._storage)
+            if inside_pass:
+                if _retry_recorded.get():
+                    state.clear_retry(self._storage)
             else:
                 state.bump_dirty(self._storage, clear_retry=True)
                 self._generations += 1
-        self._alarm.ensure_due(now)
+        if enrolled:
+            # A progress enrollment makes its lane due now at the latest, so the earliest due
+            # lane is at or before now and the bound is now + min_delay: no queue read needed.
+            self._alarm.ensure_by(now + self._alarm.min_delay_ms)
+        else:
+            self._arm(now, False)
         self._notify()
 
     def ensure_alarm(self) -> None:
@@ -252,19 +280,33 @@ class MutationGate:
         self._failpoints.hit("maintenance:ensure:after")
 
     @contextmanager
-    def native_source(self) -> Iterator[None]:
+    def native_source(
+        self, crash_fallback: int | None = None, *, retry_recorded: bool = True
+    ) -> Iterator[None]:
         """Mark the enclosed code as the maintenance pass's own native work.
 
-        Inside it, native progress still enrolls the native lane and arms the alarm, but does
-        not advance ``dirty``: the pass acknowledges what its Attempts did after they join, and
-        a producer outside the pass (another task) still advances the generation and so fences
-        that acknowledgement. Tasks created inside inherit the mark; usable around awaits.
+        Inside it, native progress neither enrolls the native lane nor advances ``dirty``: the
+        pass made the lane due at its crash fallback when it began, it acknowledges what its
+        Attempts did after they join and sets the lane from what it then reads, and a producer
+        outside the pass (another task) still advances the generation and so fences that
+        acknowledgement. The alarm is only armed if the slot is empty (see :meth:`_arm`);
+        other lanes are enrolled as anywhere else. Tasks created inside inherit the mark;
+        usable around awaits.
+
+        ``crash_fallback`` is the deadline the pass gave the native lane, where an empty slot
+        is armed without reading the queue. ``retry_recorded=False`` says the generation
+        record held no native retry when the pass began (nothing else records one before its
+        checkpoint), so native progress skips clearing it.
         """
         token = _native_source.set(True)
+        deadline = _crash_fallback.set(crash_fallback)
+        recorded = _retry_recorded.set(retry_recorded)
         try:
             yield
         finally:
             with suppress(ValueError):
+                _retry_recorded.reset(recorded)
+                _crash_fallback.reset(deadline)
                 _native_source.reset(token)
 
     # -- observers for the pass ------------------------------------------------------------
@@ -326,13 +368,35 @@ class MutationGate:
         if not enrolled:
             return
         now = self._clock.now_ms()
+        inside_pass = _native_source.get()
         # Enrollment is a crash fallback, not evidence that the body committed anything.
-        for lane_id in sorted(enrolled):
+        lanes = sorted(enrolled - {NATIVE}) if inside_pass else sorted(enrolled)
+        for lane_id in lanes:
             self._queue.enroll(lane_id, now)
-        if invalidates_recovery and not _native_source.get():
+        if invalidates_recovery and not inside_pass:
             state.bump_dirty(self._storage)
             self._generations += 1
-        self._alarm.ensure_due(now)
+        self._arm(now, bool(lanes))
+
+    def _arm(self, now: int, enrolled: bool) -> None:
+        """The producer half of the alarm invariant, after an enrollment (or a skipped one).
+
+        Inside :meth:`native_source` the native lane is not enrolled: the pass made it due at
+        its crash fallback when it began and sets it from what it reads at its checkpoint,
+        and its final decision writes the slot exactly. The slot it found empty (the platform
+        empties it when the alarm fires) still gets a deadline, so an object lost mid-pass
+        wakes up again: the pass's crash fallback when it named one (no row read; a lane
+        due sooner is then served at most that much late, and only if the object is lost),
+        else the due queue's bound. Once armed, the pass's own native work leaves it alone.
+        """
+        if enrolled:
+            self._alarm.ensure_due(now)
+        elif self._storage.known_alarm() is None:
+            fallback = _crash_fallback.get()
+            if fallback is None:
+                self._alarm.ensure_due(now)
+            else:
+                self._alarm.ensure_by(max(fallback, now + self._alarm.min_delay_ms))
 
     def _release(self, held: set[str], *, keep: frozenset[str] = frozenset()) -> None:
         for lane_id in list(held):

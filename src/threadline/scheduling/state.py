@@ -39,6 +39,12 @@ _ACKNOWLEDGE = """
 UPDATE tl_maintenance SET processed = ? WHERE id = 1 AND processed < ? AND dirty >= ?
 """
 _SET_NONTERMINAL = "UPDATE tl_maintenance SET nonterminal = ? WHERE id = 1 AND nonterminal <> ?"
+# acknowledge and set_nonterminal in one statement (a checkpoint does both).
+_ACKNOWLEDGE_COUNTING = """
+UPDATE tl_maintenance SET nonterminal = ?,
+    processed = CASE WHEN processed < ? AND dirty >= ? THEN ? ELSE processed END
+WHERE id = 1 AND ((processed < ? AND dirty >= ?) OR nonterminal <> ?)
+"""
 _SET_RETRY = """
 UPDATE tl_maintenance SET retry_generation = ?, retry_not_before = ?, retry_native_only = ?,
     retry_stalls = ?
@@ -177,6 +183,14 @@ def acknowledge(storage: Storage, generation: int) -> bool:
     return storage.exec(_ACKNOWLEDGE, generation, generation, generation).changed == 1
 
 
+def acknowledge_counting(storage: Storage, generation: int, nonterminal: int) -> None:
+    """:func:`acknowledge` and :func:`set_nonterminal` as one statement (no write when
+    neither changes anything); the same compare-and-set on ``processed``."""
+    count = int(nonterminal)
+    storage.exec(_ACKNOWLEDGE_COUNTING, count, generation, generation, generation,
+                 generation, generation, count)
+
+
 def set_nonterminal(storage: Storage, count: int) -> None:
     """Record how many submissions the last pass left nonterminal in the Threads it visited
     (no write when unchanged)."""
@@ -235,6 +249,7 @@ __all__ = [
     "MaintenanceState",
     "NativeRetry",
     "acknowledge",
+    "acknowledge_counting",
     "acknowledge_recovery_event",
     "append_recovery_events",
     "bump_dirty",

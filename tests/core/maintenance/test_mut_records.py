@@ -88,7 +88,7 @@ def test_stored_pass_report_round_trips_every_field(storage: SqliteStorage) -> N
         rows_written=7, statements=8, duration_ms=11, failure_type="StorageError",
         failure_message="disk full",
     )
-    bare = PassReport(started_at=2_000, phase=PassPhase.ACTIONABLE)
+    bare = PassReport(started_at=2_000, phase=PassPhase.FAILED, failure_type="Boom")
     reports.keep(full)
     reports.keep(bare)
     assert reports.stored() == [bare, full]
@@ -118,10 +118,29 @@ def test_reports_are_kept_to_the_last_fifty_durably_and_in_memory(
 ) -> None:
     reports = PassReports(storage)
     for started in range(KEPT_REPORTS + 3):
-        reports.keep(PassReport(started_at=started, phase=PassPhase.ACTIONABLE))
+        reports.keep(PassReport(started_at=started, phase=PassPhase.FAILED, failure_type="E"))
     stored = reports.stored(limit=KEPT_REPORTS + 10)
     assert [r.started_at for r in stored] == list(range(KEPT_REPORTS + 2, 2, -1))
     assert [r.started_at for r in reports.recent] == list(range(3, KEPT_REPORTS + 3))
+    assert reports.listed(limit=KEPT_REPORTS + 10) == list(reversed(reports.recent))
+
+
+def test_only_a_failed_report_is_stored(storage: SqliteStorage) -> None:
+    reports = PassReports(storage)
+    before = storage.meter.reading()
+    reports.keep(PassReport(started_at=1, phase=PassPhase.ACTIONABLE))
+    assert (storage.meter.reading() - before).statements == 0  # not a row written or read
+    reports.keep(PassReport(started_at=2, phase=PassPhase.FAILED, failure_type="E"))
+    assert [r.started_at for r in reports.stored()] == [2]
+    assert [r.started_at for r in reports.listed()] == [2, 1]
+    # A later incarnation lists what was stored, and its own passes before it.
+    later = PassReports(storage)
+    assert [r.started_at for r in later.listed()] == [2]
+    later.keep(PassReport(started_at=3, phase=PassPhase.ACTIONABLE))
+    later.keep(PassReport(started_at=4, phase=PassPhase.CAUGHT_UP))
+    later.keep(PassReport(started_at=5, phase=PassPhase.FAILED, failure_type="E"))
+    assert [r.started_at for r in later.listed()] == [5, 3, 2]
+    assert [r.started_at for r in later.listed(limit=2)] == [5, 3]
 
 
 def test_a_fault_without_recipients_is_listed_and_cleared_with_its_record(rig: Rig) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from pass_support import Obj, run
 
 from threadline.app import Application
@@ -227,6 +228,71 @@ def test_an_agent_abandoned_while_its_timeout_grace_is_cut_short_is_still_tracke
         assert late and obj.space.runtime.abandoned == 0
         reports = await obj.run()
         assert reports[0].recovered == 1
+        assert obj.get(sub.id).outcome is Outcome.COMPLETED
+
+    run(body())
+
+
+def test_an_attempt_cancelled_at_the_event_deadline_is_owed_even_when_seen_running(
+    raw_storage: SqliteStorage, clock: ManualClock
+) -> None:
+    # A rescan while the Attempt ran saw its Thread active; the checkpoint reads it again
+    # once the Attempt was cancelled, and finds the lost claim.
+    async def body() -> None:
+        hang = {"on": True}
+        started_steps: list[int] = []
+
+        def make() -> Application:
+            app = Application(CONFIG)
+
+            @app.agent("echo")
+            async def echo(turn: Any) -> Any:
+                async def call() -> str:
+                    started_steps.append(turn.attempt)
+                    if hang["on"]:
+                        await asyncio.Event().wait()  # never answers
+                    return "answer"
+
+                return await turn.step("call", call)
+
+            return app
+
+        async def idle(now: int, deadline: int) -> int | None:
+            return None
+
+        obj = Obj(raw_storage, clock, make)
+        obj.space.lanes.register("probe.lane", idle, dispatch_timeout_ms=1_000)
+        await obj.start()
+        await obj.run()
+        sub = obj.admit("a", {})
+        clock.advance(1_000)
+        started = clock.now_ms()
+        task = asyncio.ensure_future(obj.fire())
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert started_steps == [1] and not task.done()
+
+        def abandoned() -> None:
+            raise ValueError("rolled back")
+
+        # A producer that rolled back: the gate's hint moved (the pass rescans everything and
+        # sees the Thread running), the durable generation did not (no overlap to re-arm).
+        dirty = obj.generation()[0]
+        with pytest.raises(ValueError):
+            obj.space.scheduler.gate.mutate(abandoned)
+        assert obj.generation()[0] == dirty
+        # Any later commit wakes the pass, which then rescans while the Attempt still runs.
+        obj.space.scheduler.gate.schedule("probe.lane", clock.now_ms() + 3_600_000)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        clock.set(started + CONFIG.event_deadline_ms)
+        report = await asyncio.wait_for(task, timeout=5)
+        assert report.settled == 0
+        assert obj.get(sub.id).state is SubmissionState.RUNNING
+        assert report.alarm_at == clock.now_ms() + CONFIG.min_alarm_delay_ms
+        assert obj.generation()[1] < dirty
+        hang["on"] = False
+        await obj.run()
         assert obj.get(sub.id).outcome is Outcome.COMPLETED
 
     run(body())

@@ -1,6 +1,6 @@
-"""Every pass returns a PassReport; actionable and failed ones are kept durably (the last 50),
-caught-up ones in memory with a count. ``Space.start`` re-arms owed work on restart, reading
-O(1) rows."""
+"""Every pass returns a PassReport; an incarnation keeps the last 50 in memory, failed ones are
+also stored (the last 50), and the readout lists actionable and failed ones. ``Space.start``
+re-arms owed work on restart, reading O(1) rows."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from threadline.maintenance.report import KEPT_REPORTS
 from threadline.storage import SqliteStorage
 
 
-def test_pass_reports_are_kept_durably_when_actionable_or_failed(
+def test_pass_reports_are_listed_from_memory_and_only_failed_ones_stored(
     raw_storage: SqliteStorage, clock: ManualClock
 ) -> None:
     async def body() -> None:
@@ -24,6 +24,8 @@ def test_pass_reports_are_kept_durably_when_actionable_or_failed(
         for n in range(KEPT_REPORTS + 5):
             obj.admit(f"t{n}", {"n": n})
             await obj.run()
+        # An actionable pass stores no report: a unit of work costs no row for it.
+        assert reports.stored() == []
         async def idle(now: int, deadline: int) -> int | None:
             return None
 
@@ -42,19 +44,27 @@ def test_pass_reports_are_kept_durably_when_actionable_or_failed(
         ledger.live_threads = fail  # type: ignore[method-assign]
         clock.advance(1_000)
         failed = await obj.fire()
-        stored = reports.stored()
-        assert len(stored) == KEPT_REPORTS
-        assert stored[0] == failed
+        assert reports.stored() == [failed]
         assert failed.phase is PassPhase.FAILED and failed.failure_type == "StorageError"
-        assert all(r.phase is not PassPhase.CAUGHT_UP for r in stored)
-        actionable = stored[1]
+        listed = reports.listed()
+        assert len(listed) == KEPT_REPORTS
+        assert listed[0] == failed
+        assert all(r.phase is not PassPhase.CAUGHT_UP for r in listed)
+        actionable = listed[1]
+        assert actionable.phase is PassPhase.ACTIONABLE
         assert (actionable.settled, actionable.dispatched, actionable.nonterminal) == (1, 1, 0)
         assert actionable.rows_read > 0 and actionable.rows_written > 0
         assert actionable.statements > 0
-        assert "payload" not in repr(stored)
-        # A new incarnation still sees them.
+        assert "payload" not in repr(listed)
+        # A new incarnation still lists the failed pass, once, and nothing it did not store.
         await obj.evict()
-        assert obj.space.maintenance.reports.stored()[0] == failed
+        assert obj.space.maintenance.reports.listed() == [failed]
+        ledger = obj.space.runtime.ledger
+        ledger.live_threads = fail  # type: ignore[method-assign]
+        clock.advance(10_000)
+        again = await obj.fire()
+        assert again.phase is PassPhase.FAILED
+        assert obj.space.maintenance.reports.listed() == [again, failed]
 
     run(body())
 

@@ -392,9 +392,12 @@ def test_native_source_progress_does_not_dirty_the_generation(
         sched.gate.mutate(lambda: None)
     assert read_state(storage).dirty == before
     assert sched.gate.generations == hint
+    # Nor is the native lane enrolled: the pass sets it at its checkpoint.
+    native = sched.due_queue.get(NATIVE)
+    assert native is None or native.due_at is None
+    storage.transaction(lambda: sched.gate.record_progress([NATIVE]))
     native = sched.due_queue.get(NATIVE)
     assert native is not None and native.due_at == clock.now_ms()
-    storage.transaction(lambda: sched.gate.record_progress([NATIVE]))
     assert read_state(storage).dirty == before + 1
     assert sched.gate.generations == hint + 1
 
