@@ -408,8 +408,8 @@ class Maintenance:
     def _open_work(self, now: int) -> tuple[list[WorkItem], dict[str, int]]:
         """The open submissions of every Thread that may owe work now, and the fault deadlines.
 
-        Visited: Threads with a live head (queued, ready, running or terminalizing, through
-        the partial index ``tl_submissions_live``), Threads with a timer due at ``now``
+        Visited: Threads with a live head (queued, ready, running or terminalizing: the
+        ``dormant = 0`` range of the open-work index ``tl_submissions_open``), Threads with a timer due at ``now``
         (through the due index on open waits), and Threads under a recovery fault. A Thread
         suspended on a timer that is not due, or waiting for the outside world with nothing
         live behind it, is never read: the pass's reads follow due and live work, not the

@@ -208,7 +208,7 @@ _RECOVERY = (
 )
 
 _PASS_REPORTS = (
-    # The last actionable or failed maintenance passes (caught-up ones stay in memory).
+    # Failed maintenance passes (the others are listed from memory, for this incarnation).
     """CREATE TABLE tl_pass_reports (
         seq INTEGER PRIMARY KEY,
         started_at INTEGER NOT NULL,
