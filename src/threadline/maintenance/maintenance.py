@@ -409,8 +409,9 @@ class Maintenance:
         """The open submissions of every Thread that may owe work now, and the fault deadlines.
 
         Visited: Threads with a live head (queued, ready, running or terminalizing: the
-        ``dormant = 0`` range of the open-work index ``tl_submissions_open``), Threads with a timer due at ``now``
-        (through the due index on open waits), and Threads under a recovery fault. A Thread
+        ``dormant = 0`` range of the open-work index ``tl_submissions_open``), Threads with
+        a timer due at ``now`` (through the due index on open waits), and Threads under a
+        recovery fault. A Thread
         suspended on a timer that is not due, or waiting for the outside world with nothing
         live behind it, is never read: the pass's reads follow due and live work, not the
         number of pending timers. The earliest pending timer is one indexed read at the
