@@ -411,11 +411,10 @@ class Maintenance:
         Visited: Threads with a live head (queued, ready, running or terminalizing: the
         ``dormant = 0`` range of the open-work index ``tl_submissions_open``), Threads with
         a timer due at ``now`` (through the due index on open waits), and Threads under a
-        recovery fault. A Thread
-        suspended on a timer that is not due, or waiting for the outside world with nothing
-        live behind it, is never read: the pass's reads follow due and live work, not the
-        number of pending timers. The earliest pending timer is one indexed read at the
-        checkpoint (:func:`waits.next_timer`).
+        recovery fault. A Thread suspended on a timer that is not due, or waiting for the
+        outside world with nothing live behind it, is never read: the pass's reads follow due
+        and live work, not the number of pending timers. The earliest pending timer is one
+        indexed read at the checkpoint (:func:`waits.next_timer`).
         """
         ledger = self._runtime.ledger
         deadlines = self._faults.deadlines()
