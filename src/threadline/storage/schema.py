@@ -295,11 +295,13 @@ _OPEN_UNTIL_SETTLED = (
 # foreign keys to tl_submissions, which are enforced here and cannot be switched off inside
 # the migration's transaction; renaming the table would repoint those keys at the old name.
 # So the rows are copied aside, the table dropped and recreated under its own name, and the
-# rows copied back, with foreign-key checks deferred to the commit: a child left without its
-# submission fails the commit, and the migration with it. The deferral is switched off again
-# at the end: on workerd a transaction is a savepoint of the event's implicit transaction, so
-# it would otherwise last to the end of the event, and a violation there would reset the
-# object instead of failing the statement.
+# rows copied back, with foreign-key checks deferred while the table is missing. The deferral
+# is switched off again before the end: on workerd a transaction is a savepoint of the event's
+# implicit transaction, so it would otherwise last to the end of the event, and a violation
+# there would reset the object instead of failing the statement. Switching it off also
+# forgets the violations it deferred, so each child table is then checked explicitly: setting
+# a foreign key to itself makes SQLite look its parent up, at once, so a child the copy-back
+# left without its submission fails that statement, and the migration with it.
 _LEAN_SUBMISSIONS = (
     "PRAGMA defer_foreign_keys = ON",
     "CREATE TABLE tl_submissions_copy AS SELECT * FROM tl_submissions",
@@ -347,9 +349,16 @@ _LEAN_SUBMISSIONS = (
         WHERE settled_at IS NULL""",
     """CREATE INDEX tl_submissions_live ON tl_submissions (thread_id, seq)
         WHERE settled_at IS NULL AND dormant = 0""",
-    # Every child has its parent again: checks are immediate from here on, even where the
-    # enclosing transaction outlives this migration (the rest of the workerd event).
+    # Checks are immediate from here on, even where the enclosing transaction outlives this
+    # migration (the rest of the workerd event).
     "PRAGMA defer_foreign_keys = OFF",
+    # Only orphans match, and rewriting one fails at once: normally these write nothing.
+    """UPDATE tl_journal SET submission_id = submission_id
+        WHERE submission_id NOT IN (SELECT id FROM tl_submissions)""",
+    """UPDATE tl_waits SET submission_id = submission_id
+        WHERE submission_id NOT IN (SELECT id FROM tl_submissions)""",
+    """UPDATE tl_abort_intents SET submission_id = submission_id
+        WHERE submission_id NOT IN (SELECT id FROM tl_submissions)""",
 )
 
 # One open-work index instead of two: led by ``dormant``, its live part (dormant = 0) is a
