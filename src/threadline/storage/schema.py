@@ -272,16 +272,6 @@ _LEAN_ROWS = (
 # columns stay, holding whatever they last held, because SQLite drops a column only from 3.35
 # on.
 
-# Open work keyed on settled_at (NULL exactly while open, by a CHECK of tl_submissions) instead
-# of state: an UPDATE rewrites a partial index when it sets a column the index's WHERE names,
-# and every claim and move sets state, while only settling sets settled_at. The index then
-# costs one entry written per admission, not one more per transition.
-_OPEN_UNTIL_SETTLED = (
-    "DROP INDEX tl_submissions_open",
-    """CREATE INDEX tl_submissions_open ON tl_submissions (thread_id, seq)
-        WHERE settled_at IS NULL""",
-)
-
 # Fewer b-trees per admission and per claim (each entry is a billed row written):
 # - WITHOUT ROWID: the row lives in its id's b-tree, instead of a rowid table plus an index
 #   on id.
@@ -289,8 +279,14 @@ _OPEN_UNTIL_SETTLED = (
 #   collided anyway), so an unkeyed admission writes no entry for it.
 # - ``dormant`` is 1 exactly while the submission waits on the outside world (suspended,
 #   unknown, joined): a CHECK ties it to state, and a transition sets it only when it crosses
-#   that line. The live index names it and settled_at instead of state, so a claim (queued or
-#   ready -> running) rewrites no index entry at all.
+#   that line.
+# - One open-work index instead of an open and a live one, naming dormant and settled_at
+#   (NULL exactly while open, by a CHECK) instead of state: an UPDATE rewrites an index entry
+#   when it sets a column the index names, and every claim and move sets state, while only
+#   settling sets settled_at. So a claim (queued or ready -> running) rewrites no index entry
+#   at all, and an admission writes one entry for it instead of two. Led by ``dormant``, its
+#   live part (dormant = 0) is a contiguous range the pass reads without visiting sleeping
+#   Threads, and one Thread's open work is two seeks (dormant 0 and 1).
 # SQLite cannot change any of this in place. tl_journal, tl_waits and tl_abort_intents keep
 # foreign keys to tl_submissions, which are enforced here and cannot be switched off inside
 # the migration's transaction; renaming the table would repoint those keys at the old name.
@@ -345,10 +341,8 @@ _LEAN_SUBMISSIONS = (
     "DROP TABLE tl_submissions_copy",
     """CREATE UNIQUE INDEX tl_submissions_key ON tl_submissions (thread_id, idempotency_key)
         WHERE idempotency_key IS NOT NULL""",
-    """CREATE INDEX tl_submissions_open ON tl_submissions (thread_id, seq)
+    """CREATE INDEX tl_submissions_open ON tl_submissions (dormant, thread_id, seq)
         WHERE settled_at IS NULL""",
-    """CREATE INDEX tl_submissions_live ON tl_submissions (thread_id, seq)
-        WHERE settled_at IS NULL AND dormant = 0""",
     # Checks are immediate from here on, even where the enclosing transaction outlives this
     # migration (the rest of the workerd event).
     "PRAGMA defer_foreign_keys = OFF",
@@ -359,16 +353,6 @@ _LEAN_SUBMISSIONS = (
         WHERE submission_id NOT IN (SELECT id FROM tl_submissions)""",
     """UPDATE tl_abort_intents SET submission_id = submission_id
         WHERE submission_id NOT IN (SELECT id FROM tl_submissions)""",
-)
-
-# One open-work index instead of two: led by ``dormant``, its live part (dormant = 0) is a
-# contiguous range the pass reads without visiting sleeping Threads, and one Thread's open
-# work is two seeks (dormant 0 and 1). An admission writes one entry for it instead of two.
-_ONE_OPEN_INDEX = (
-    "DROP INDEX tl_submissions_live",
-    "DROP INDEX tl_submissions_open",
-    """CREATE INDEX tl_submissions_open ON tl_submissions (dormant, thread_id, seq)
-        WHERE settled_at IS NULL""",
 )
 
 # One b-tree per outbox row instead of two: record_id is no longer UNIQUE. Each publisher
@@ -400,8 +384,8 @@ _LEAN_OUTBOX = (
 
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
 MIGRATIONS: list[tuple[str, ...]] = [
-    _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS, _OPEN_UNTIL_SETTLED,
-    _LEAN_SUBMISSIONS, _ONE_OPEN_INDEX, _LEAN_OUTBOX,
+    _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS, _LEAN_SUBMISSIONS,
+    _LEAN_OUTBOX,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
