@@ -275,3 +275,45 @@ def test_lean_submissions_rebuild_keeps_every_row_and_its_foreign_keys() -> None
     live = storage.exec("SELECT id FROM tl_submissions WHERE settled_at IS NULL AND dormant = 0"
                         " ORDER BY seq").rows
     assert [row["id"] for row in live] == ["s1", "s2", "s3", "s7"]
+
+
+@pytest.mark.parametrize("child", ["tl_journal", "tl_waits", "tl_abort_intents"])
+def test_a_rebuild_that_orphans_a_child_fails_and_keeps_the_old_version(
+    child: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rebuild = MIGRATIONS.index(schema_module._LEAN_SUBMISSIONS)
+    storage = SqliteStorage(":memory:")
+    migrate(storage, target=rebuild)
+    storage.exec("INSERT INTO tl_threads (id, created_at, updated_at) VALUES ('t', 1, 1)")
+    for seq in (1, 2, 3):
+        storage.exec(
+            "INSERT INTO tl_submissions (id, thread_id, seq, agent, input_json, input_digest,"
+            " state, created_at, updated_at) VALUES (?, 't', ?, 'echo', '{}', 'd', 'running',"
+            " 1, 1)", f"s{seq}", seq)
+    # Each submission has one kind of child, so each child table's check is needed on its own.
+    storage.exec("INSERT INTO tl_journal (submission_id, step_key, position, effect, state,"
+                 " attempt, started_at) VALUES ('s1', 'step', 0, 'idempotent', 'started', 1, 5)")
+    storage.exec("INSERT INTO tl_waits (id, submission_id, kind, wait_key, state, wake_at,"
+                 " created_at) VALUES ('w', 's2', 'timer', 'nap', 'open', 50, 5)")
+    storage.exec("INSERT INTO tl_abort_intents (submission_id, state, requested_at)"
+                 " VALUES ('s3', 'accepted', 6)")
+    orphaned = {"tl_journal": "s1", "tl_waits": "s2", "tl_abort_intents": "s3"}[child]
+    # The copy-back loses the one submission this child hangs on.
+    statements = tuple(
+        f"{statement} WHERE id <> '{orphaned}'"
+        if statement.startswith("INSERT INTO tl_submissions ") else statement
+        for statement in MIGRATIONS[rebuild]
+    )
+    assert statements != MIGRATIONS[rebuild]
+    patched = [*MIGRATIONS]
+    patched[rebuild] = statements
+    monkeypatch.setattr(schema_module, "MIGRATIONS", patched)
+    tables = ("tl_submissions", "tl_journal", "tl_waits", "tl_abort_intents")
+    before = {table: storage.exec(f"SELECT * FROM {table} ORDER BY 1").rows for table in tables}
+    schema = _dump(storage)
+    with pytest.raises(SchemaError, match=f"migration {rebuild} -> .*FOREIGN KEY"):
+        migrate(storage)
+    assert schema_version(storage) == rebuild
+    assert _dump(storage) == schema
+    for table in tables:
+        assert storage.exec(f"SELECT * FROM {table} ORDER BY 1").rows == before[table], table

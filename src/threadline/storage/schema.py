@@ -272,16 +272,6 @@ _LEAN_ROWS = (
 # columns stay, holding whatever they last held, because SQLite drops a column only from 3.35
 # on.
 
-# Open work keyed on settled_at (NULL exactly while open, by a CHECK of tl_submissions) instead
-# of state: an UPDATE rewrites a partial index when it sets a column the index's WHERE names,
-# and every claim and move sets state, while only settling sets settled_at. The index then
-# costs one entry written per admission, not one more per transition.
-_OPEN_UNTIL_SETTLED = (
-    "DROP INDEX tl_submissions_open",
-    """CREATE INDEX tl_submissions_open ON tl_submissions (thread_id, seq)
-        WHERE settled_at IS NULL""",
-)
-
 # Fewer b-trees per admission and per claim (each entry is a billed row written):
 # - WITHOUT ROWID: the row lives in its id's b-tree, instead of a rowid table plus an index
 #   on id.
@@ -289,17 +279,25 @@ _OPEN_UNTIL_SETTLED = (
 #   collided anyway), so an unkeyed admission writes no entry for it.
 # - ``dormant`` is 1 exactly while the submission waits on the outside world (suspended,
 #   unknown, joined): a CHECK ties it to state, and a transition sets it only when it crosses
-#   that line. The live index names it and settled_at instead of state, so a claim (queued or
-#   ready -> running) rewrites no index entry at all.
+#   that line.
+# - One open-work index instead of an open and a live one, naming dormant and settled_at
+#   (NULL exactly while open, by a CHECK) instead of state: an UPDATE rewrites an index entry
+#   when it sets a column the index names, and every claim and move sets state, while only
+#   settling sets settled_at. So a claim (queued or ready -> running) rewrites no index entry
+#   at all, and an admission writes one entry for it instead of two. Led by ``dormant``, its
+#   live part (dormant = 0) is a contiguous range the pass reads without visiting sleeping
+#   Threads, and one Thread's open work is two seeks (dormant 0 and 1).
 # SQLite cannot change any of this in place. tl_journal, tl_waits and tl_abort_intents keep
 # foreign keys to tl_submissions, which are enforced here and cannot be switched off inside
 # the migration's transaction; renaming the table would repoint those keys at the old name.
 # So the rows are copied aside, the table dropped and recreated under its own name, and the
-# rows copied back, with foreign-key checks deferred to the commit: a child left without its
-# submission fails the commit, and the migration with it. The deferral is switched off again
-# at the end: on workerd a transaction is a savepoint of the event's implicit transaction, so
-# it would otherwise last to the end of the event, and a violation there would reset the
-# object instead of failing the statement.
+# rows copied back, with foreign-key checks deferred while the table is missing. The deferral
+# is switched off again before the end: on workerd a transaction is a savepoint of the event's
+# implicit transaction, so it would otherwise last to the end of the event, and a violation
+# there would reset the object instead of failing the statement. Switching it off also
+# forgets the violations it deferred, so each child table is then checked explicitly: setting
+# a foreign key to itself makes SQLite look its parent up, at once, so a child the copy-back
+# left without its submission fails that statement, and the migration with it.
 _LEAN_SUBMISSIONS = (
     "PRAGMA defer_foreign_keys = ON",
     "CREATE TABLE tl_submissions_copy AS SELECT * FROM tl_submissions",
@@ -343,23 +341,18 @@ _LEAN_SUBMISSIONS = (
     "DROP TABLE tl_submissions_copy",
     """CREATE UNIQUE INDEX tl_submissions_key ON tl_submissions (thread_id, idempotency_key)
         WHERE idempotency_key IS NOT NULL""",
-    """CREATE INDEX tl_submissions_open ON tl_submissions (thread_id, seq)
-        WHERE settled_at IS NULL""",
-    """CREATE INDEX tl_submissions_live ON tl_submissions (thread_id, seq)
-        WHERE settled_at IS NULL AND dormant = 0""",
-    # Every child has its parent again: checks are immediate from here on, even where the
-    # enclosing transaction outlives this migration (the rest of the workerd event).
-    "PRAGMA defer_foreign_keys = OFF",
-)
-
-# One open-work index instead of two: led by ``dormant``, its live part (dormant = 0) is a
-# contiguous range the pass reads without visiting sleeping Threads, and one Thread's open
-# work is two seeks (dormant 0 and 1). An admission writes one entry for it instead of two.
-_ONE_OPEN_INDEX = (
-    "DROP INDEX tl_submissions_live",
-    "DROP INDEX tl_submissions_open",
     """CREATE INDEX tl_submissions_open ON tl_submissions (dormant, thread_id, seq)
         WHERE settled_at IS NULL""",
+    # Checks are immediate from here on, even where the enclosing transaction outlives this
+    # migration (the rest of the workerd event).
+    "PRAGMA defer_foreign_keys = OFF",
+    # Only orphans match, and rewriting one fails at once: normally these write nothing.
+    """UPDATE tl_journal SET submission_id = submission_id
+        WHERE submission_id NOT IN (SELECT id FROM tl_submissions)""",
+    """UPDATE tl_waits SET submission_id = submission_id
+        WHERE submission_id NOT IN (SELECT id FROM tl_submissions)""",
+    """UPDATE tl_abort_intents SET submission_id = submission_id
+        WHERE submission_id NOT IN (SELECT id FROM tl_submissions)""",
 )
 
 # One b-tree per outbox row instead of two: record_id is no longer UNIQUE. Each publisher
@@ -391,8 +384,8 @@ _LEAN_OUTBOX = (
 
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
 MIGRATIONS: list[tuple[str, ...]] = [
-    _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS, _OPEN_UNTIL_SETTLED,
-    _LEAN_SUBMISSIONS, _ONE_OPEN_INDEX, _LEAN_OUTBOX,
+    _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS, _LEAN_SUBMISSIONS,
+    _LEAN_OUTBOX,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

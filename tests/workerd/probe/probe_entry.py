@@ -722,6 +722,96 @@ class StorageProbe(DurableObject):
             "refused_now": refused_now,
             "leftovers": [row["name"] for row in self.storage.exec(
                 "SELECT name FROM sqlite_master WHERE name = 'tl_submissions_copy'")],
+            "indexes": {row["name"]: row["sql"] for row in self.storage.exec(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'index'"
+                " AND tbl_name = 'tl_submissions' AND sql IS NOT NULL")},
+        }
+
+    async def op_orphaning_rebuild(self) -> dict[str, Any]:
+        """The rebuild, with a copy-back that loses the submission a journal entry hangs on."""
+        rebuild = MIGRATIONS.index(schema_module._LEAN_SUBMISSIONS)
+        migrate(self.storage, target=rebuild)
+        self.storage.exec(
+            "INSERT INTO tl_threads (id, created_at, updated_at) VALUES ('t', 1, 1)")
+        for seq in (1, 2):
+            self.storage.exec(
+                "INSERT INTO tl_submissions (id, thread_id, seq, agent, input_json,"
+                " input_digest, state, created_at, updated_at)"
+                " VALUES (?, 't', ?, 'echo', '{}', 'd', 'running', 1, 1)", f"s{seq}", seq)
+        self.storage.exec(
+            "INSERT INTO tl_journal (submission_id, step_key, position, effect, state,"
+            " attempt, started_at) VALUES ('s1', 'step', 0, 'idempotent', 'started', 1, 5)")
+        patched = list(MIGRATIONS)
+        patched[rebuild] = tuple(
+            f"{statement} WHERE id <> 's1'"
+            if statement.startswith("INSERT INTO tl_submissions ") else statement
+            for statement in MIGRATIONS[rebuild])
+        schema_module.MIGRATIONS = patched
+        try:
+            migrate(self.storage)
+        except Exception as exc:
+            raised: str | None = f"{type(exc).__name__}: {exc}"
+        else:
+            raised = None
+        finally:
+            schema_module.MIGRATIONS = MIGRATIONS
+        return {"raised": raised, **self.submissions_and_journal()}
+
+    async def op_submissions_and_journal(self) -> dict[str, Any]:
+        """The schema version and the rows of tl_submissions and tl_journal."""
+        return self.submissions_and_journal()
+
+    def submissions_and_journal(self) -> dict[str, Any]:
+        return {
+            "version": schema_version(self.storage),
+            "submissions": [row["id"] for row in self.storage.exec(
+                "SELECT id FROM tl_submissions ORDER BY id")],
+            "journal": [row["submission_id"] for row in self.storage.exec(
+                "SELECT submission_id FROM tl_journal ORDER BY submission_id")],
+        }
+
+    async def op_seed_settled_history(self, count: str, outbox: str = "2") -> dict[str, Any]:
+        """An object at the version before the submissions rebuild, with ``count`` settled
+        submissions on one Thread and ``outbox`` outbox records for each."""
+        rebuild = MIGRATIONS.index(schema_module._LEAN_SUBMISSIONS)
+        migrate(self.storage, target=rebuild)
+        self.storage.exec(
+            "INSERT INTO tl_threads (id, created_at, updated_at) VALUES ('t', 1, 1)")
+        self.storage.exec(
+            "WITH RECURSIVE n (i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)"
+            " INSERT INTO tl_submissions (id, thread_id, seq, agent, idempotency_key,"
+            " input_json, input_digest, state, outcome, result_json, attempts, revision,"
+            " created_at, updated_at, settled_at)"
+            " SELECT 'sub_' || i, 't', i, 'echo', 'key_' || i, '{\"n\":' || i || '}', 'd' || i,"
+            " 'settled', 'completed', '\"ok\"', 1, 3, i, i, i FROM n",
+            int(count))
+        self.storage.exec(
+            "WITH RECURSIVE n (i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)"
+            " INSERT INTO tl_outbox (record_id, thread_id, kind, body_json, state, created_at,"
+            " delivered_at) SELECT 'rec_' || i, 't', 'record', '{}', 'delivered', i, i FROM n",
+            int(count) * int(outbox))
+        return {
+            "version": schema_version(self.storage),
+            "submissions": self.count("tl_submissions"),
+            "outbox": self.count("tl_outbox"),
+        }
+
+    async def op_timed_migrate(self) -> dict[str, Any]:
+        """Migrate to the latest version in this event; the object's clock and billed rows."""
+        before = self.storage.meter.reading()
+        started = time.time()
+        steps = migrate(self.storage)
+        elapsed_ms = (time.time() - started) * 1000
+        spent = self.storage.meter.reading() - before
+        return {
+            "steps": steps,
+            "version": schema_version(self.storage),
+            "object_clock_ms": elapsed_ms,
+            "rows_read": spent.rows_read,
+            "rows_written": spent.rows_written,
+            "statements": spent.statements,
+            "submissions": self.count("tl_submissions"),
+            "outbox": self.count("tl_outbox"),
         }
 
     async def op_delete_submission(self, submission_id: str) -> dict[str, Any]:
