@@ -13,8 +13,13 @@ A pass
    Thread under a recovery fault, or parked on an unregistered agent, is skipped. Its own
    source changes are made under :meth:`MutationGate.native_source`, so they do not dirty
    the generation it is about to acknowledge.
-3. Non-native lanes due at the start (and those that became due meanwhile) get one bounded
-   wave each, concurrently with native work (:mod:`threadline.maintenance.lanes`).
+3. Non-native lanes due at the start and not held by a mutation in flight get one bounded
+   wave each, concurrently with native work (:mod:`threadline.maintenance.lanes`). Once an
+   actionable pass's native work and those waves are done, a second round gives every lane
+   then due a wave it has not had, but only if some lane was enrolled during the pass (a
+   recovery event of its own, say) or one due at the start was held then. A lane that
+   merely falls due by the clock during the pass does not start that round: the final
+   decision arms the alarm for it, and the next pass serves it.
 4. **Deadlines** on the injected clock: no new Attempt after ``yield_after_ms``; at
    ``event_deadline_ms`` Attempts still running are cancelled and count as lost (their
    claims are this incarnation's, but no longer active, so the next recovery takes them at once).

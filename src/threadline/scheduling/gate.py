@@ -6,6 +6,14 @@ storage transaction, its source facts, the enrollment of the lanes it feeds, a n
 min_delay)``. Eviction between any two statements therefore loses nothing: either none of it
 happened or the alarm will find it.
 
+The maintenance pass's own native work (inside :meth:`MutationGate.native_source`) is held
+to its crash fallback instead: when the pass begins it makes the native lane due at begin +
+the backoff of the stalls so far, and its own progress then arms only an empty slot, at that
+fallback, so an object lost mid-pass wakes up by then (a native deadline of its own earlier
+than the fallback is enrolled as anywhere else). The exception is the progress that drops a
+native retry the pass began under: it ends the backoff, so it makes the native lane due now
+and arms the alarm by now + min_delay, as any progress does.
+
 A producer whose body awaits cannot hold a transaction open, so :meth:`MutationGate.mutation`
 *prearms* first (enrollment, generation and alarm commit before the body runs) and tracks the
 body in memory until it ends; a pass may neither acknowledge the generation nor complete a lane
@@ -180,8 +188,9 @@ class MutationGate:
                     and due_at >= fallback):
                 # The pass's own crash fallback (a claim's lease deadline, say) no earlier
                 # than the pass's: the native lane is due by then already (the pass set it at
-                # its begin and only producers outside it move it, always earlier), so the
-                # enrollment would change nothing; only the slot may need arming.
+                # its begin, and everything else that moves it before the checkpoint moves it
+                # earlier), so the enrollment would change nothing; only the slot may need
+                # arming.
                 self._arm(now, False)
                 return
             if progress_cursor is None:
@@ -210,11 +219,13 @@ class MutationGate:
 
         Also covers the lanes of the enclosing :meth:`mutate` / :meth:`mutation`. Progress
         makes the lanes due now and replenishes their retry budget; native progress advances
-        the generation, except inside :meth:`native_source`, where it neither advances it nor
-        enrolls the native lane (the pass certifies its own work). Publication is enrolled
-        only while ``publication_required``. Raises :class:`SchedulingError` outside a
-        transaction, where the progress could commit without its fact (or the fact without
-        its alarm).
+        the generation, except inside :meth:`native_source`, where it never advances it (the
+        pass certifies its own work) and enrolls the native lane only when it drops the
+        native retry the pass began under: that ends the backoff, so a pass lost afterwards
+        is retried after ``min_delay``, not at its crash fallback. Otherwise it only arms an
+        empty slot (see :meth:`_arm`). Publication is enrolled only while
+        ``publication_required``. Raises :class:`SchedulingError` outside a transaction,
+        where the progress could commit without its fact (or the fact without its alarm).
         """
         if not self._storage.in_transaction():
             raise SchedulingError("record_progress() must run inside the source transaction")
@@ -233,8 +244,13 @@ class MutationGate:
             self._queue.enroll(lane_id, now, progress=True)
         if NATIVE in affected:
             if inside_pass:
-                if _retry_recorded.get():
-                    state.clear_retry(self._storage)
+                if _retry_recorded.get() and state.clear_retry(self._storage):
+                    # This progress ends the backoff the pass began under: should the object
+                    # be lost before the checkpoint, the rest is due now, not at the pass's
+                    # crash fallback (begin + backoff). Only the progress that drops the
+                    # retry pays for it; the pass still certifies its work (no generation).
+                    self._queue.enroll(NATIVE, now, progress=True)
+                    enrolled.append(NATIVE)
             else:
                 state.bump_dirty(self._storage, clear_retry=True)
                 self._generations += 1
@@ -285,13 +301,14 @@ class MutationGate:
     ) -> Iterator[None]:
         """Mark the enclosed code as the maintenance pass's own native work.
 
-        Inside it, native progress neither enrolls the native lane nor advances ``dirty``: the
-        pass made the lane due at its crash fallback when it began, it acknowledges what its
-        Attempts did after they join and sets the lane from what it then reads, and a producer
-        outside the pass (another task) still advances the generation and so fences that
-        acknowledgement. The alarm is only armed if the slot is empty (see :meth:`_arm`);
-        other lanes are enrolled as anywhere else. Tasks created inside inherit the mark;
-        usable around awaits.
+        Inside it, native progress does not advance ``dirty``: the pass made the lane due at
+        its crash fallback when it began, it acknowledges what its Attempts did after they
+        join and sets the lane from what it then reads, and a producer outside the pass
+        (another task) still advances the generation and so fences that acknowledgement.
+        Nor does it enroll the native lane, and the alarm is only armed if the slot is empty
+        (see :meth:`_arm`), except for the progress that drops a native retry (see
+        :meth:`record_progress`). Other lanes are enrolled as anywhere else. Tasks created
+        inside inherit the mark; usable around awaits.
 
         ``crash_fallback`` is the deadline the pass gave the native lane, where an empty slot
         is armed without reading the queue. ``retry_recorded=False`` says the generation
@@ -387,7 +404,9 @@ class MutationGate:
         empties it when the alarm fires) still gets a deadline, so an object lost mid-pass
         wakes up again: the pass's crash fallback when it named one (no row read; a lane
         due sooner is then served at most that much late, and only if the object is lost),
-        else the due queue's bound. Once armed, the pass's own native work leaves it alone.
+        else the due queue's bound. Once armed, the pass's own native work leaves it alone,
+        except the progress that drops a native retry (:meth:`record_progress` arms it by
+        now + min_delay itself).
         """
         if enrolled:
             self._alarm.ensure_due(now)

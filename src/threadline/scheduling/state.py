@@ -205,9 +205,12 @@ def set_retry(storage: Storage, retry: NativeRetry) -> None:
     )
 
 
-def clear_retry(storage: Storage) -> None:
-    """Drop the native retry record (no write when there is none)."""
-    storage.exec(_CLEAR_RETRY)
+def clear_retry(storage: Storage) -> bool:
+    """Drop the native retry record (no write when there is none); True when one was dropped.
+
+    A second call finds none and returns False, so only one caller acts on the drop.
+    """
+    return storage.exec(_CLEAR_RETRY).changed == 1
 
 
 def set_cursor(storage: Storage, name: str, value: str | None) -> None:

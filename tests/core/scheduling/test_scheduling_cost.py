@@ -213,3 +213,38 @@ def test_progress_arms_the_alarm_without_reading_the_queue(
     assert storage.known_alarm() == clock.now_ms() + sched.config.min_alarm_delay_ms
     # The lane already due: only the generation moves; the alarm stays.
     assert _shape(_cost(storage, admit)) == (2, 1, 1, 0)
+
+
+def test_native_progress_that_ends_the_pass_retry_makes_the_lane_due_now(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock
+) -> None:
+    from threadline.scheduling import NativeRetry, read_state, state
+
+    # A pass began under a retry with 3 stalls: its crash fallback is that backoff ahead.
+    storage.transaction(lambda: state.bump_dirty(storage))
+    dirty = read_state(storage).dirty
+    storage.transaction(lambda: state.set_retry(
+        storage, NativeRetry(dirty, clock.now_ms(), True, 3)))
+    fallback = clock.now_ms() + 8_000
+    storage.transaction(lambda: sched.due_queue.checkpoint_native(fallback))
+    storage.delete_alarm()  # the platform empties the slot when the alarm fires
+    clock.advance(1_200)
+
+    def progress() -> None:
+        with sched.gate.native_source(crash_fallback=fallback, retry_recorded=True):
+            storage.transaction(lambda: sched.gate.record_progress([NATIVE]))
+
+    # Dropping the retry (one row) ends the backoff: the lane is due now (one row) and the
+    # alarm is at now + min_delay, not at the fallback; no queue read, no generation.
+    assert _shape(_cost(storage, progress)) == (2, 1, 2, 1)
+    now = clock.now_ms()
+    assert storage.known_alarm() == now + sched.config.min_alarm_delay_ms
+    lane = sched.due_queue.get(NATIVE)
+    assert lane is not None and lane.due_at == now
+    after = read_state(storage)
+    assert after.retry is None and after.dirty == dirty
+    # The retry is gone: later progress of the same pass costs the retry check alone.
+    clock.advance(300)
+    assert _shape(_cost(storage, progress)) == (1, 0, 0, 0)
+    assert sched.due_queue.get(NATIVE) == lane
+    assert storage.known_alarm() == now + sched.config.min_alarm_delay_ms
