@@ -36,21 +36,73 @@ def _js_object(value: dict[str, Any]) -> Any:
     return to_js(value, dict_converter=js.Object.fromEntries)
 
 
-def _readable(chunks: AsyncIterator[bytes]) -> Any:
+#: A streamed response whose consumer has taken no chunk for this many heartbeat intervals is
+#: closed (see :func:`_readable`); a live client would have read several heartbeats by then.
+STALL_HEARTBEATS = 3
+
+
+def _readable(chunks: AsyncIterator[bytes], stall_s: float | None = None) -> Any:
     """A JS ``ReadableStream`` that pulls ``chunks`` one at a time, as the client reads.
 
     Pull-based on purpose: the platform asks for the next chunk only when it has sent the last
     one, and calls ``cancel`` when the client goes away, which ends the iterator (its clean-up
     frees the subscriber). A writer-based stream would instead block forever on a write after
     the client left.
+
+    The platform does not always notice a departed client: a chunk it is sending can stay in
+    flight for good (seen in workerd behind a Worker hop, after the client closed the
+    connection), so neither the next pull nor ``cancel`` ever comes. ``stall_s`` bounds that
+    wait: once a chunk has gone unacknowledged (no next pull) that long, the stream is errored
+    and the iterator closed. Nothing is lost by it: a client still there reconnects and
+    resumes from its last event id.
     """
     pending: list[asyncio.Future[None]] = []
     proxies: list[Any] = []
+    # Loop time at which the chunk in flight was handed over (empty once the next pull came),
+    # and the one watchdog timer of this stream (re-armed lazily, never one per chunk).
+    in_flight: list[float] = []
+    watchdog: list[asyncio.TimerHandle] = []
+    closing: list[asyncio.Task[None]] = []
 
     def release() -> None:
         for proxy in proxies:
             proxy.destroy()
         proxies.clear()
+
+    async def finish() -> None:
+        for handle in watchdog:
+            handle.cancel()
+        for task in pending:
+            if not task.done():
+                task.cancel()
+                with suppress(asyncio.CancelledError):
+                    await task
+        closer = getattr(chunks, "aclose", None)
+        if closer is not None:
+            await closer()
+        release()
+
+    def start_finish() -> asyncio.Task[None]:
+        # Both cancel and the watchdog end the stream; whichever comes second joins the first.
+        if not closing:
+            closing.append(asyncio.ensure_future(finish()))
+        return closing[0]
+
+    def arm(controller: Any, delay: float) -> None:
+        watchdog[:] = [asyncio.get_running_loop().call_later(delay, check, controller)]
+
+    def check(controller: Any) -> None:
+        watchdog.clear()
+        if closing or not in_flight or stall_s is None:
+            return  # taken in time: the next hand-over arms the watchdog again
+        waited = asyncio.get_running_loop().time() - in_flight[0]
+        if waited < stall_s:
+            arm(controller, stall_s - waited)
+            return
+        _log.warning("a streamed response took no chunk for %.0f s: closing it", stall_s)
+        with suppress(Exception):
+            controller.error(js.Error.new("stream stalled: the client stopped reading"))
+        start_finish()
 
     async def fill(controller: Any) -> None:
         try:
@@ -65,31 +117,29 @@ def _readable(chunks: AsyncIterator[bytes]) -> Any:
             release()
             return
         controller.enqueue(to_js(chunk))
+        # The next pull comes once the platform has sent this chunk.
+        in_flight[:] = [asyncio.get_running_loop().time()]
+        if stall_s is not None and not watchdog and not closing:
+            arm(controller, stall_s)
 
     def pull(controller: Any) -> Any:
+        in_flight.clear()
         task = asyncio.ensure_future(fill(controller))
         pending[:] = [task]
         return task
 
     async def cancel(reason: Any = None) -> None:
-        for task in pending:
-            if not task.done():
-                task.cancel()
-                with suppress(asyncio.CancelledError):
-                    await task
-        closer = getattr(chunks, "aclose", None)
-        if closer is not None:
-            await closer()
-        release()
+        await start_finish()
 
     proxies.extend([create_proxy(pull), create_proxy(cancel)])
     return js.ReadableStream.new(_js_object({"pull": proxies[0], "cancel": proxies[1]}))
 
 
-def _to_platform(response: PlainResponse) -> Response:
+def _to_platform(response: PlainResponse, stall_s: float | None = None) -> Response:
     if response.stream is not None:
         return Response(
-            _readable(response.stream), status=response.status, headers=response.headers
+            _readable(response.stream, stall_s), status=response.status,
+            headers=response.headers,
         )
     return Response(response.body, status=response.status, headers=response.headers)
 
@@ -186,7 +236,8 @@ class ThreadObjectBase(DurableObject):
         method = str(request.method).upper()
         body = await request.bytes() if method not in ("GET", "HEAD") else b""
         plain = Request.from_url(method, str(request.url), _headers(request), body)
-        return _to_platform(await self.space.handle(plain))
+        stall_s = STALL_HEARTBEATS * self.app.config.sse_heartbeat_ms / 1000
+        return _to_platform(await self.space.handle(plain), stall_s)
 
     async def alarm(self, alarm_info: Any = None) -> None:
         """Run one maintenance pass; failures are handled inside with a durable backoff."""

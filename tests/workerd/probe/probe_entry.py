@@ -181,6 +181,10 @@ PREFIX = "/_probe/"
 DRIVE = "/_drive/"
 #: ``/_settlements/{space}``: every committed transition into settled in the app's object.
 SETTLEMENTS = "/_settlements/"
+#: ``/_hold/{space}/{thread}?seconds=N``: open the Thread's event stream from this Worker, take
+#: its first chunk, then hold the stream for N seconds without reading or cancelling it: a
+#: consumer that stalled without the platform noticing.
+HOLD = "/_hold/"
 #: The API of spaces named ``probe-*`` is served, through the app's own Worker code (token,
 #: ids, sizes), by ``ProbeThreadObject``: its agents can lose an uncertain step in flight.
 PROBE_API = "/v1/spaces/probe-"
@@ -221,6 +225,8 @@ class Default(AppDefault):
         path = urlsplit(url).path
         if path.startswith(PROBE_API):
             return await ProbeApiWorker(self.ctx, self.env).fetch(request)
+        if path.startswith(HOLD):
+            return await self.hold(url, path)
         if path.startswith((DRIVE, SETTLEMENTS)):
             space = path.split("/")[2]
             driven = await self.env.THREADS.getByName(space).fetch(url)
@@ -239,6 +245,18 @@ class Default(AppDefault):
             status=forwarded.status,
             headers={"content-type": "application/json"},
         )
+
+    async def hold(self, url: str, path: str) -> Response:
+        """Take one chunk of a Thread's event stream, then stop reading it for a while."""
+        _, _, space, thread = path.split("/")[:4]
+        parts = urlsplit(url)
+        seconds = float(dict(parse_qsl(parts.query)).get("seconds", "5"))
+        events = f"{parts.scheme}://{parts.netloc}/v1/spaces/{space}/threads/{thread}/events"
+        stream = await self.env.THREADS.getByName(space).fetch(events)
+        reader = stream.body.getReader()
+        first = await reader.read()
+        await asyncio.sleep(seconds)
+        return Response.json({"status": stream.status, "first": bool(first.value)})
 
 
 class ProbeThreadObject(ThreadObjectBase):
