@@ -538,3 +538,17 @@ def test_ensure_alarm_enrolls_undelivered_recovery_events(
     lane = sched.due_queue.get(RECOVERY_EVENTS)
     assert lane is not None and lane.due_at == clock.now_ms()
     assert storage.known_alarm() == clock.now_ms() + sched.config.min_alarm_delay_ms
+
+
+def test_the_pass_arms_an_empty_slot_no_sooner_than_min_delay_past_its_crash_fallback(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock
+) -> None:
+    # A pass still running after its crash fallback: the empty slot gets now + min_delay,
+    # not the passed fallback (an alarm in the past fires at once, again and again).
+    fallback = clock.now_ms() + 100
+    storage.transaction(lambda: sched.due_queue.checkpoint_native(fallback))
+    storage.delete_alarm()
+    clock.advance(10_000)
+    with sched.gate.native_source(crash_fallback=fallback, retry_recorded=False):
+        storage.transaction(lambda: sched.gate.record_progress([NATIVE]))
+    assert storage.known_alarm() == clock.now_ms() + sched.config.min_alarm_delay_ms
