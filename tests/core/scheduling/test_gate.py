@@ -196,9 +196,15 @@ def test_schedule_native_progress_bumps_generation(
     sched: Scheduler, storage: SqliteStorage, clock: ManualClock
 ) -> None:
     before = read_state(storage).dirty
+    hint = sched.gate.generations
     sched.gate.schedule(NATIVE, clock.now_ms(), progress_cursor=3)
     sched.gate.schedule(NATIVE, clock.now_ms(), progress_cursor=3)  # replayed: no bump
     assert read_state(storage).dirty == before + 1
+    # The in-memory hint a pass compares moves with every bump, by one.
+    assert sched.gate.generations == hint + 1
+    sched.gate.schedule(PUBLICATION, clock.now_ms(), progress_cursor=1)
+    assert read_state(storage).dirty == before + 2
+    assert sched.gate.generations == hint + 2
 
 
 @run_async
