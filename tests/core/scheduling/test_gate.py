@@ -558,3 +558,21 @@ def test_the_pass_arms_an_empty_slot_no_sooner_than_min_delay_past_its_crash_fal
     with sched.gate.native_source(crash_fallback=fallback, retry_recorded=False):
         storage.transaction(lambda: sched.gate.record_progress([NATIVE]))
     assert storage.known_alarm() == clock.now_ms() + sched.config.min_alarm_delay_ms
+
+
+def test_pass_progress_that_drops_the_retry_replenishes_a_charged_native_lane(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock
+) -> None:
+    now = clock.now_ms()
+    # A charged native lane (its retry floor ahead, a stall counted) and a pending retry.
+    sched.due_queue.enroll(NATIVE, now)
+    stalled = sched.due_queue.claim(sched.due_queue.get(NATIVE), now)  # type: ignore[arg-type]
+    assert stalled is not None and stalled.stalls == 1 and stalled.not_before > now
+    dirty = read_state(storage).dirty
+    state.set_retry(storage, state.NativeRetry(dirty, now + 5_000, True, 1))
+    with sched.gate.native_source(crash_fallback=now + 8_000, retry_recorded=True):
+        storage.transaction(lambda: sched.gate.record_progress([NATIVE]))
+    # Progress: due now, past the floor, the budget replenished; the pass certifies it.
+    native = sched.due_queue.get(NATIVE)
+    assert native is not None and (native.due_at, native.not_before, native.stalls) == (now, 0, 0)
+    assert read_state(storage).retry is None and read_state(storage).dirty == dirty
