@@ -576,3 +576,21 @@ def test_pass_progress_that_drops_the_retry_replenishes_a_charged_native_lane(
     native = sched.due_queue.get(NATIVE)
     assert native is not None and (native.due_at, native.not_before, native.stalls) == (now, 0, 0)
     assert read_state(storage).retry is None and read_state(storage).dirty == dirty
+
+
+@run_async
+async def test_each_prearm_outside_the_pass_moves_the_generation_hint_by_one(
+    sched: Scheduler, storage: SqliteStorage
+) -> None:
+    before = read_state(storage).dirty
+    hint = sched.gate.generations
+    for _ in range(2):
+        async with sched.gate.mutation(lanes=[HOST]):
+            pass
+    assert read_state(storage).dirty == before + 2
+    assert sched.gate.generations == hint + 2
+    # The pass's own mutations move neither.
+    with sched.gate.native_source():
+        async with sched.gate.mutation(lanes=[HOST]):
+            pass
+    assert (read_state(storage).dirty, sched.gate.generations) == (before + 2, hint + 2)
