@@ -1,10 +1,11 @@
-"""The second round of an actionable pass: a host lane given progress during the pass's
-native work gets its wave in the same pass, not at the next alarm."""
+"""The second round of an actionable pass: a host lane enrolled (or given progress) during the
+pass's native work gets its wave in the same pass, not at the next alarm."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from pass_support import CONFIG, Obj, run
 
 from threadline.app import Application
@@ -17,8 +18,9 @@ OTHER = "other.lane"
 HOUR_MS = 3_600_000
 
 
-def test_host_lane_progress_during_native_work_gets_a_wave_in_the_same_pass(
-    raw_storage: SqliteStorage, clock: ManualClock
+@pytest.mark.parametrize("cursor", [1, None], ids=["progress", "enrollment"])
+def test_host_lane_enrolled_during_native_work_gets_a_wave_in_the_same_pass(
+    raw_storage: SqliteStorage, clock: ManualClock, cursor: int | None
 ) -> None:
     async def body() -> None:
         holder: dict[str, Obj] = {}
@@ -29,9 +31,9 @@ def test_host_lane_progress_during_native_work_gets_a_wave_in_the_same_pass(
 
             @app.agent("echo")
             async def echo(turn: Any) -> Any:
-                # A host fact with a newer cursor: progress on its lane, made mid-pass.
+                # A host fact (with a newer cursor: progress) on its lane, made mid-pass.
                 gate = holder["obj"].space.scheduler.gate
-                gate.schedule(LANE, holder["obj"].clock.now_ms(), progress_cursor=1)
+                gate.schedule(LANE, holder["obj"].clock.now_ms(), progress_cursor=cursor)
                 return {"echo": turn.input}
 
             return app
