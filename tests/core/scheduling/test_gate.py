@@ -594,3 +594,19 @@ async def test_each_prearm_outside_the_pass_moves_the_generation_hint_by_one(
         async with sched.gate.mutation(lanes=[HOST]):
             pass
     assert (read_state(storage).dirty, sched.gate.generations) == (before + 2, hint + 2)
+
+
+@run_async
+async def test_a_native_prearm_inside_the_pass_arms_an_empty_slot_at_its_crash_fallback(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock
+) -> None:
+    fallback = clock.now_ms() + 5_000
+    storage.transaction(lambda: sched.due_queue.checkpoint_native(fallback))
+    storage.delete_alarm()  # the platform empties the slot when the alarm fires
+    native = sched.due_queue.get(NATIVE)
+    with sched.gate.native_source(crash_fallback=fallback):
+        async with sched.gate.mutation():
+            pass
+    # The native lane is the pass's to set: not enrolled; the empty slot gets the fallback.
+    assert sched.due_queue.get(NATIVE) == native
+    assert storage.known_alarm() == fallback
