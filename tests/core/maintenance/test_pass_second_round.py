@@ -3,6 +3,7 @@ pass's native work gets its wave in the same pass, not at the next alarm."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -62,5 +63,55 @@ def test_host_lane_enrolled_during_native_work_gets_a_wave_in_the_same_pass(
         assert waves == [clock.now_ms()]
         lane = obj.space.scheduler.due_queue.get(LANE)
         assert lane is not None and lane.due_at is None
+
+    run(body())
+
+
+def test_a_lane_held_by_a_mutation_at_the_begin_gets_its_wave_once_released(
+    raw_storage: SqliteStorage, clock: ManualClock
+) -> None:
+    async def body() -> None:
+        release = asyncio.Event()
+        waves: list[int] = []
+
+        def make() -> Application:
+            app = Application(CONFIG)
+
+            @app.agent("echo")
+            async def echo(turn: Any) -> Any:
+                # The host's mutation ends while the pass does its native work.
+                release.set()
+                for _ in range(5):
+                    await asyncio.sleep(0)
+                return {"echo": turn.input}
+
+            return app
+
+        obj = Obj(raw_storage, clock, make)
+        await obj.start()
+        await obj.run()
+
+        async def handler(now: int, deadline: int) -> int | None:
+            waves.append(now)
+            return None
+
+        obj.space.lanes.register(LANE, handler, dispatch_timeout_ms=5_000)
+        gate = obj.space.scheduler.gate
+
+        async def host() -> None:
+            async with gate.mutation(lanes=[LANE], invalidates_recovery=False):
+                await release.wait()
+
+        mutation = asyncio.ensure_future(host())
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert LANE in gate.active_lanes()
+        obj.admit("t", {"n": 1})
+        clock.set(max(raw_storage.known_alarm() or 0, clock.now_ms()))
+        report = await obj.fire()
+        await mutation
+        assert report.phase is not PassPhase.CAUGHT_UP
+        # Due at the begin but held then: the second round serves it in the same pass.
+        assert waves == [clock.now_ms()]
 
     run(body())
