@@ -291,3 +291,15 @@ def test_a_claim_from_a_snapshot_taken_before_the_report_does_not_report_again(
     assert charged is not None and charged.reported
     assert _lane(queue).reported
     assert queue.take_parked_reports() == []
+
+
+def test_enroll_reports_false_only_for_a_native_hint_that_moves_nothing(queue: DueQueue) -> None:
+    assert queue.enroll(NATIVE, 5_000) is True
+    assert queue.enroll(NATIVE, 9_000) is False  # later than its deadline: nothing written
+    assert queue.enroll(NATIVE, 4_000) is True
+    # Progress, and every enrollment of another lane, report True even when already due.
+    assert queue.enroll(NATIVE, 4_000, progress=True) is True
+    assert queue.enroll(NATIVE, 4_000, progress=True) is True
+    assert queue.enroll("mail", 5_000) is True
+    assert queue.enroll("mail", 9_000) is True
+    assert queue.enroll("mail", 9_000, progress=True) is True

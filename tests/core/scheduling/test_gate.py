@@ -196,9 +196,15 @@ def test_schedule_native_progress_bumps_generation(
     sched: Scheduler, storage: SqliteStorage, clock: ManualClock
 ) -> None:
     before = read_state(storage).dirty
+    hint = sched.gate.generations
     sched.gate.schedule(NATIVE, clock.now_ms(), progress_cursor=3)
     sched.gate.schedule(NATIVE, clock.now_ms(), progress_cursor=3)  # replayed: no bump
     assert read_state(storage).dirty == before + 1
+    # The in-memory hint a pass compares moves with every bump, by one.
+    assert sched.gate.generations == hint + 1
+    sched.gate.schedule(PUBLICATION, clock.now_ms(), progress_cursor=1)
+    assert read_state(storage).dirty == before + 2
+    assert sched.gate.generations == hint + 2
 
 
 @run_async
@@ -538,3 +544,69 @@ def test_ensure_alarm_enrolls_undelivered_recovery_events(
     lane = sched.due_queue.get(RECOVERY_EVENTS)
     assert lane is not None and lane.due_at == clock.now_ms()
     assert storage.known_alarm() == clock.now_ms() + sched.config.min_alarm_delay_ms
+
+
+def test_the_pass_arms_an_empty_slot_no_sooner_than_min_delay_past_its_crash_fallback(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock
+) -> None:
+    # A pass still running after its crash fallback: the empty slot gets now + min_delay,
+    # not the passed fallback (an alarm in the past fires at once, again and again).
+    fallback = clock.now_ms() + 100
+    storage.transaction(lambda: sched.due_queue.checkpoint_native(fallback))
+    storage.delete_alarm()
+    clock.advance(10_000)
+    with sched.gate.native_source(crash_fallback=fallback, retry_recorded=False):
+        storage.transaction(lambda: sched.gate.record_progress([NATIVE]))
+    assert storage.known_alarm() == clock.now_ms() + sched.config.min_alarm_delay_ms
+
+
+def test_pass_progress_that_drops_the_retry_replenishes_a_charged_native_lane(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock
+) -> None:
+    now = clock.now_ms()
+    # A charged native lane (its retry floor ahead, a stall counted) and a pending retry.
+    sched.due_queue.enroll(NATIVE, now)
+    stalled = sched.due_queue.claim(sched.due_queue.get(NATIVE), now)  # type: ignore[arg-type]
+    assert stalled is not None and stalled.stalls == 1 and stalled.not_before > now
+    dirty = read_state(storage).dirty
+    state.set_retry(storage, state.NativeRetry(dirty, now + 5_000, True, 1))
+    with sched.gate.native_source(crash_fallback=now + 8_000, retry_recorded=True):
+        storage.transaction(lambda: sched.gate.record_progress([NATIVE]))
+    # Progress: due now, past the floor, the budget replenished; the pass certifies it.
+    native = sched.due_queue.get(NATIVE)
+    assert native is not None and (native.due_at, native.not_before, native.stalls) == (now, 0, 0)
+    assert read_state(storage).retry is None and read_state(storage).dirty == dirty
+
+
+@run_async
+async def test_each_prearm_outside_the_pass_moves_the_generation_hint_by_one(
+    sched: Scheduler, storage: SqliteStorage
+) -> None:
+    before = read_state(storage).dirty
+    hint = sched.gate.generations
+    for _ in range(2):
+        async with sched.gate.mutation(lanes=[HOST]):
+            pass
+    assert read_state(storage).dirty == before + 2
+    assert sched.gate.generations == hint + 2
+    # The pass's own mutations move neither.
+    with sched.gate.native_source():
+        async with sched.gate.mutation(lanes=[HOST]):
+            pass
+    assert (read_state(storage).dirty, sched.gate.generations) == (before + 2, hint + 2)
+
+
+@run_async
+async def test_a_native_prearm_inside_the_pass_arms_an_empty_slot_at_its_crash_fallback(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock
+) -> None:
+    fallback = clock.now_ms() + 5_000
+    storage.transaction(lambda: sched.due_queue.checkpoint_native(fallback))
+    storage.delete_alarm()  # the platform empties the slot when the alarm fires
+    native = sched.due_queue.get(NATIVE)
+    with sched.gate.native_source(crash_fallback=fallback):
+        async with sched.gate.mutation():
+            pass
+    # The native lane is the pass's to set: not enrolled; the empty slot gets the fallback.
+    assert sched.due_queue.get(NATIVE) == native
+    assert storage.known_alarm() == fallback

@@ -248,3 +248,31 @@ def test_native_progress_that_ends_the_pass_retry_makes_the_lane_due_now(
     assert _shape(_cost(storage, progress)) == (1, 0, 0, 0)
     assert sched.due_queue.get(NATIVE) == lane
     assert storage.known_alarm() == now + sched.config.min_alarm_delay_ms
+
+
+def test_the_pass_leaves_the_alarm_alone_when_its_deadline_would_not_move_the_native_lane(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock
+) -> None:
+    fallback = clock.now_ms() + 5_000
+    sooner = fallback - 2_000
+    # The native lane already due sooner than the pass's fallback, the slot emptied by the
+    # platform when the alarm fired.
+    storage.transaction(lambda: sched.due_queue.checkpoint_native(sooner))
+    storage.delete_alarm()
+
+    def lease(due_at: int) -> None:
+        with sched.gate.native_source(crash_fallback=fallback):
+            sched.gate.schedule(NATIVE, due_at)
+
+    # A deadline at exactly the fallback changes nothing: no statement.
+    storage.set_alarm(fallback)
+    assert _shape(_cost(storage, lambda: lease(fallback))) == (0, 0, 0, 0)
+    storage.delete_alarm()
+    # A deadline before the fallback but after the lane's: the enrollment writes nothing and
+    # the empty slot gets the fallback, without reading the queue.
+    assert _shape(_cost(storage, lambda: lease(fallback - 1_000))) == (1, 0, 0, 1)
+    assert storage.known_alarm() == fallback
+    # Armed: the same deadline again costs the enrollment's statement alone.
+    assert _shape(_cost(storage, lambda: lease(fallback - 1_000))) == (1, 0, 0, 0)
+    native = sched.due_queue.get(NATIVE)
+    assert native is not None and native.due_at == sooner
