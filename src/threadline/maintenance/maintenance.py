@@ -66,9 +66,10 @@ from threadline.scheduling import (
 from threadline.scheduling import state as generation
 from threadline.storage.port import Storage
 from threadline.threads import waits
-from threadline.threads.model import CLAIMABLE, SubmissionState, WorkItem
+from threadline.threads.model import WorkItem
 from threadline.threads.recovery import Disposition, RecoveryBlocked, RecoverySweepResult
 from threadline.threads.runtime import ThreadRuntime
+from threadline.threads.transitions import DORMANT
 
 _logger = logging.getLogger("threadline.maintenance")
 
@@ -706,9 +707,6 @@ class Maintenance:
             self._log(f"threadline: could not store a pass report ({type(exc).__name__})")
 
 
-_LIVE = frozenset({*CLAIMABLE, SubmissionState.RUNNING, SubmissionState.TERMINALIZING})
-
-
 def _nonterminal(views: list[ThreadView]) -> int:
     """The open submissions of the Threads a full scan visits (live, due or faulted work).
 
@@ -720,7 +718,7 @@ def _nonterminal(views: list[ThreadView]) -> int:
     return sum(
         len(view.items) for view in views
         if view.faulted or view.need not in (Need.TIMED, Need.STABLE)
-        or any(item.state in _LIVE for item in view.items)
+        or any(item.state not in DORMANT for item in view.items)
     )
 
 
