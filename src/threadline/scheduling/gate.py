@@ -183,23 +183,20 @@ class MutationGate:
 
         def enroll() -> None:
             now = self._clock.now_ms()
-            fallback = _crash_fallback.get() if _native_source.get() else None
-            if (progress_cursor is None and lane_id == NATIVE and fallback is not None
-                    and due_at >= fallback):
-                # The pass's own crash fallback (a claim's lease deadline, say) no earlier
-                # than the pass's: the native lane is due by then already (the pass set it at
-                # its begin, and everything else that moves it before the checkpoint moves it
-                # earlier), so the enrollment would change nothing; only the slot may need
-                # arming.
-                self._arm(now, False)
-                return
-            if progress_cursor is None:
-                moved = self._queue.enroll(lane_id, due_at)
-                if lane_id == NATIVE and not moved and _native_source.get():
-                    # The pass's own crash fallback (a claim's lease deadline, say) when the
-                    # native lane is already due sooner: the alarm is the pass's to decide.
+            if progress_cursor is None and lane_id == NATIVE and _native_source.get():
+                # The pass's own native deadline (a claim's lease deadline, say). When it is
+                # no earlier than the pass's crash fallback the lane is due by then already
+                # (the pass set it at its begin, and everything else that moves it before the
+                # checkpoint moves it earlier), so the enrollment is not even tried; when the
+                # lane is already due sooner the enrollment writes nothing. Either way the
+                # alarm is the pass's to decide: only an empty slot is armed.
+                fallback = _crash_fallback.get()
+                if ((fallback is not None and due_at >= fallback)
+                        or not self._queue.enroll(lane_id, due_at)):
                     self._arm(now, False)
                     return
+            elif progress_cursor is None:
+                self._queue.enroll(lane_id, due_at)
             elif self._queue.progress(lane_id, due_at, progress_cursor) and lane_id in (
                 NATIVE,
                 PUBLICATION,
