@@ -267,13 +267,13 @@ class Client:
         return self._send(_threads_call(space, after, limit))
 
     def thread(self, space: str, thread: str) -> ThreadSummary:
-        """A Thread and its open submissions."""
+        """A Thread and its open submissions (empty before its first submission)."""
         return self._send(_thread_call(space, thread))
 
     def history(
         self, space: str, thread: str, *, after: int = 0, limit: int = 100
     ) -> HistoryPage:
-        """A page of the Thread's canonical records after seq ``after``."""
+        """A page of the Thread's canonical records after seq ``after`` (empty at first)."""
         return self._send(_history_call(space, thread, after, limit))
 
     def approve(
@@ -306,6 +306,7 @@ class Client:
     ) -> Iterator[ThreadEvent]:
         """The Thread's live events (records after seq ``after``, or all; state changes).
 
+        May be opened before the Thread's first submission: it waits for it, then follows it.
         Never ends on its own: a lost connection is reopened after ``reconnect_delay`` s with
         ``Last-Event-ID`` set to the last record's seq, so records arrive once each, in order.
         ``max_reconnects`` bounds consecutive failed reconnects (None: no bound). A refused

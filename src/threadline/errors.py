@@ -14,7 +14,7 @@ mapped to the most specific class here at one boundary, the storage adapter, and
     │   ├── ValidationFailed         400/422: malformed JSON, bad ids, schema violations
     │   │   └── ValueTooLarge        413: a value over ``max_value_bytes``
     │   ├── Unauthorized             401: missing or wrong bearer token
-    │   ├── NotFound                 404: no such route, thread or submission
+    │   ├── NotFound                 404: no such route, submission or approval
     │   ├── Conflict                 409: idempotency key reused with other input, bad state
     │   └── PayloadTooLarge          413: body above the configured cap
     ├── BindingUnavailable           a submission names an agent this deployment does not register

@@ -80,6 +80,8 @@ CASES: list[tuple[str, str, Any, int, str, str | None]] = [
     ("GET", THREAD + "/history?after=99999999999999999999", None, 422, "validation", "after"),
     ("GET", THREAD + "/history?after=9007199254740992", None, 422, "validation", "after"),
     ("GET", THREAD + "/history?limit=1001", None, 422, "validation", "limit"),
+    # a seq past the last record of a Thread that has none yet
+    ("GET", SPACE + "/threads/none/events?after=1", None, 422, "validation", "after"),
     ("GET", SPACE + "/threads?after=bad%20id", None, 422, "validation", "after"),
     ("GET", SPACE + "/threads?limit=-5", None, 422, "validation", "limit"),
     # conflicts: 409
@@ -95,7 +97,6 @@ CASES: list[tuple[str, str, Any, int, str, str | None]] = [
     ("POST", THREAD + "/submissions/sub_none/abort", {}, 404, "not-found", "submission"),
     ("POST", THREAD + "/submissions/{done}/approvals/confirm", {"approved": True}, 404,
      "not-found", "key"),
-    ("GET", SPACE + "/threads/none", None, 404, "not-found", "thread"),
     # unknown routes: 404; wrong methods: 405
     ("GET", "/v1/nothing", None, 404, "not-found", None),
     ("GET", THREAD + "/submissions/{done}/cancel", None, 404, "not-found", None),

@@ -217,6 +217,54 @@ def test_an_idle_stream_reads_nothing_and_a_wake_reads_only_new_records(chat: Ap
     run(go())
 
 
+def test_a_stream_opened_before_the_first_submission_writes_nothing_then_delivers_it(
+    chat: Api,
+) -> None:
+    meter = chat.storage.meter
+
+    async def go() -> None:
+        before_dump = chat.dump()
+        before = meter.reading()
+        reader = await open_stream(chat, "fresh")
+        waiting = await pending(reader)
+        opened = meter.reading() - before
+        # Named is enough to read: no Thread row, no subscriber row, nothing written.
+        assert opened.rows_written == 0
+        assert chat.dump() == before_dump
+        assert not waiting.done()
+        assert len(chat.space.api.subscribers) == 1
+        first = await submit(chat, "fresh", {"count": 2}, agent="chatty")
+        admitted = await waiting
+        assert admitted.event == "submission" and admitted.id is None
+        assert admitted.data["id"] == first["id"] and admitted.data["state"] == "queued"
+        await drive(chat)
+        live = [await _until_record(reader) for _ in range(2)]
+        assert [r.id for r, _ in live] == [1, 2]
+        assert [r.data["body"] for r, _ in live] == [{"n": 0}, {"n": 1}]
+        assert all(r.data["submission_id"] == first["id"] for r, _ in live)
+        settled = await reader.next()
+        assert settled.data["id"] == first["id"] and settled.data["state"] == "settled"
+        assert settled.data["outcome"] == "completed"
+        await reader.close()
+        assert len(chat.space.api.subscribers) == 0
+
+    run(go())
+
+
+def test_a_stream_before_the_first_submission_sends_heartbeats(
+    chat: Api, clock: ManualClock,
+) -> None:
+    async def go() -> None:
+        reader = await open_stream(chat, "quiet")
+        waiting = await pending(reader)
+        clock.advance(chat.app.config.sse_heartbeat_ms)
+        await turns()
+        assert waiting.done() and (await waiting).comment == "keep-alive"
+        await reader.close()
+
+    run(go())
+
+
 @pytest.mark.parametrize("value", ["abc", "-1", "1.5", " ", "9007199254740992", "٣", "99"])
 def test_a_bad_last_event_id_is_a_400_and_writes_nothing(chat: Api, value: str) -> None:
     run(submit(chat, "t1", {"count": 1}, agent="chatty"))
@@ -236,12 +284,16 @@ def test_a_bad_last_event_id_is_a_400_and_writes_nothing(chat: Api, value: str) 
 def test_other_refusals(chat: Api) -> None:
     run(submit(chat, "t1", {"count": 1}, agent="chatty"))
     chat.drive()
-    unknown = chat.call("GET", chat.thread_path("nope") + "/events")
-    assert unknown.status == 404 and unknown.json()["field"] == "thread"
     for query in ("after=x", "after=-1", "after=5"):
         bad = chat.call("GET", chat.thread_path("t1") + "/events?" + query)
         assert bad.status == 422, (query, bad.body)
         assert bad.json()["field"] == "after"
+    # A Thread with no record yet has handed out no seq to resume after.
+    fresh = chat.call("GET", chat.thread_path("fresh") + "/events?after=1")
+    assert fresh.status == 422 and fresh.json()["field"] == "after"
+    header = chat.call("GET", chat.thread_path("fresh") + "/events",
+                       headers={"Last-Event-ID": "1"})
+    assert header.status == 400 and header.json()["field"] == "Last-Event-ID"
     post = chat.call("POST", chat.thread_path("t1") + "/events", {})
     assert post.status == 405 and post.headers["allow"] == "GET, HEAD"
 

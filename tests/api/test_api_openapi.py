@@ -83,6 +83,8 @@ def test_real_responses_match_the_document(api: Api) -> None:
     call("GET", f"/v1/spaces/{api.space_id}/threads?limit=1")
     call("GET", api.thread_path("t1"))
     call("GET", api.thread_path("t1") + "/history?limit=1")
+    call("GET", api.thread_path("unsubmitted"))
+    call("GET", api.thread_path("unsubmitted") + "/history")
     call("GET", f"/v1/spaces/{api.space_id}/maintenance")
     # problems
     call("POST", api.thread_path("t1") + "/submissions", {"input": 1, "agent": "nope"})
@@ -106,3 +108,20 @@ def test_problem_responses_are_documented_as_problem_json(api: Api) -> None:
     get_thread = document["paths"]["/v1/spaces/{space}/threads/{thread}"]["get"]
     for status in ("400", "401", "404", "503"):
         assert PROBLEM_CONTENT_TYPE in get_thread["responses"][status]["content"]
+
+
+def test_a_thread_before_its_first_submission_is_documented_as_empty(api: Api) -> None:
+    document = _document(api)
+    schemas = document["components"]["schemas"]
+    nullable = {"anyOf": [{"type": "integer"}, {"type": "null"}]}
+    summary = schemas["ThreadSummary"]["properties"]
+    for name in ("created_at", "updated_at"):
+        assert {k: summary[name][k] for k in ("anyOf",)} == nullable
+        # A listed Thread was written, so its timestamps are always there.
+        assert schemas["ThreadItem"]["properties"][name]["type"] == "integer"
+    thread = document["paths"]["/v1/spaces/{space}/threads/{thread}"]
+    for operation in (thread["get"], document["paths"][
+            "/v1/spaces/{space}/threads/{thread}/history"]["get"]):
+        assert "once it is named" in operation["description"]
+    events = document["paths"]["/v1/spaces/{space}/threads/{thread}/events"]["get"]
+    assert "no submission yet" in events["description"]

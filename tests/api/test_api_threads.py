@@ -49,10 +49,26 @@ def test_the_summary_shows_open_submissions_in_fifo_order(api: Api) -> None:
     assert done["history_seq"] == 2
 
 
-def test_an_unknown_thread_is_404(api: Api) -> None:
-    for suffix in ["", "/history"]:
-        response = api.call("GET", api.thread_path("nope") + suffix)
-        assert response.status == 404 and response.json()["field"] == "thread"
+def test_a_named_thread_without_a_submission_reads_as_empty_and_writes_nothing(
+    api: Api,
+) -> None:
+    api.submit("t1", {"text": "x"}, agent="echo")
+    before = api.dump()
+    written = api.storage.meter.reading()
+    summary = api.call("GET", api.thread_path("fresh"))
+    assert summary.status == 200, summary.body
+    assert summary.json() == {
+        "id": "fresh", "submissions": 0, "open_submissions": 0, "history_seq": 0,
+        "created_at": None, "updated_at": None, "open": [],
+    }
+    history = api.call("GET", api.thread_path("fresh") + "/history?after=3")
+    assert history.status == 200, history.body
+    assert history.json() == {"thread_id": "fresh", "records": [], "next": None}
+    assert (api.storage.meter.reading() - written).rows_written == 0
+    assert api.dump() == before
+    # Only a Thread something was admitted to is listed.
+    listed = api.call("GET", f"/v1/spaces/{api.space_id}/threads").json()
+    assert [t["id"] for t in listed["threads"]] == ["t1"]
 
 
 def test_history_pages_by_seq_with_a_next_cursor(api: Api) -> None:

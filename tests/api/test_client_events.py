@@ -15,7 +15,7 @@ import pytest
 from api_support import Api, make_api, run
 from sse_support import drive, submit, turns
 
-from threadline import Application, ManualClock, NotFound, Turn
+from threadline import Application, ManualClock, Turn, ValidationFailed
 from threadline.api import edge
 from threadline.api.http import Request, Response
 from threadline.client import AsyncClient, Client, ThreadEvent
@@ -116,6 +116,41 @@ def test_the_async_client_resumes_after_a_lost_connection(chat: Api) -> None:
     run(go())
 
 
+def test_the_async_client_follows_a_thread_from_before_its_first_submission(
+    chat: Api,
+) -> None:
+    async def handler(request: httpx.Request) -> httpx.Response:
+        reply = await _answer(chat, request)
+        if reply.stream is None:
+            return httpx.Response(reply.status, headers=reply.headers, content=reply.body)
+        return httpx.Response(reply.status, headers=reply.headers, stream=_Cut(reply.stream, None))
+
+    async def go() -> None:
+        client = AsyncClient(BASE, TOKEN, transport=httpx.MockTransport(handler))
+        events = client.events("acme", "fresh")
+        # The first read opens the stream and waits: nothing was ever admitted to "fresh".
+        reading = asyncio.ensure_future(anext(events))
+        await turns()
+        assert not reading.done()
+        assert len(chat.space.api.subscribers) == 1
+        first = await submit(chat, "fresh", {"count": 2}, agent="chatty")
+        admitted = await reading
+        assert admitted.kind == "submission" and admitted.data["id"] == first["id"]
+        assert admitted.data["state"] == "queued"
+        await drive(chat)
+        more = [await anext(events)]
+        while len(_records(more)) < 2:
+            more.append(await anext(events))
+        assert _records(more) == [1, 2]
+        assert [e.record().body for e in more if e.kind == "record"] == [{"n": 0}, {"n": 1}]
+        await events.aclose()  # type: ignore[attr-defined]
+        await turns()
+        assert len(chat.space.api.subscribers) == 0
+        await client.aclose()
+
+    run(go())
+
+
 def _snapshot(api: Api, request: httpx.Request, keep: int) -> tuple[Response, bytes]:
     """The object's answer, with the events available now as bytes (minus the last ``keep``)."""
 
@@ -170,6 +205,36 @@ def test_the_blocking_client_resumes_and_never_repeats_a_record(chat: Api) -> No
     assert seen_headers == ["1", "3"]
 
 
+def test_the_blocking_client_follows_a_thread_from_before_its_first_submission(
+    chat: Api,
+) -> None:
+    seen_headers: list[str | None] = []
+    submitted: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        reply, data = _snapshot(chat, request, keep=0)
+        if reply.status >= 400 or not request.url.path.endswith("/events"):
+            return httpx.Response(reply.status, headers=reply.headers, content=data)
+        seen_headers.append(request.headers.get("last-event-id"))
+        return httpx.Response(reply.status, headers=reply.headers, stream=_Lost(data))
+
+    def first_submission(_: float) -> None:
+        # While the client is between connections, the Thread's first submission runs.
+        if not submitted:
+            submitted.append(run(submit(chat, "fresh", {"count": 2}, agent="chatty"))["id"])
+            chat.drive()
+
+    with Client(BASE, TOKEN, transport=httpx.MockTransport(handler),
+                sleep=first_submission) as cl:
+        events = cl.events("acme", "fresh")
+        got = [next(events) for _ in range(2)]
+        events.close()  # type: ignore[attr-defined]
+    # The first connection opened on a Thread with nothing admitted and sent nothing.
+    assert seen_headers == [None, None]
+    assert _records(got) == [1, 2]
+    assert {e.record().submission_id for e in got} == set(submitted)
+
+
 def test_refusals_raise_and_reconnects_are_bounded(chat: Api) -> None:
     attempts: list[int] = []
 
@@ -181,8 +246,8 @@ def test_refusals_raise_and_reconnects_are_bounded(chat: Api) -> None:
         return httpx.Response(reply.status, headers=reply.headers, content=data)
 
     with Client(BASE, TOKEN, transport=httpx.MockTransport(handler), sleep=lambda _: None) as cl:
-        with pytest.raises(NotFound):
-            next(cl.events("acme", "nope"))
+        with pytest.raises(ValidationFailed):
+            next(cl.events("acme", "nope", after=1))
         with pytest.raises(httpx.ConnectError):
             next(cl.events("acme", "t9", max_reconnects=3))
     assert len(attempts) == 4

@@ -129,6 +129,86 @@ def test_the_client_reads_the_stream(workerd: Runtime) -> None:
             events.close()  # type: ignore[attr-defined]
 
 
+def test_a_stream_opened_before_the_first_submission_writes_nothing_then_follows_it(
+    workerd: Runtime,
+) -> None:
+    """Subscribe, then submit: the stream opens on a Thread nothing was admitted to, opening
+    it writes no row (workerd's billed count, read by two drives around it), and the first
+    submission's announcement and record arrive on it. Its own space, so the counts are its
+    own."""
+    space = "sse-fresh"
+    thread = f"/v1/spaces/{space}/threads/first"
+    with _client(workerd) as client, \
+            Client(workerd.url, TOKEN, timeout=READ_TIMEOUT_S) as typed:
+        # The first request also migrates the new object; what it wrote is counted before.
+        summary = client.get(thread)
+        assert summary.status_code == 200, summary.text
+        assert summary.json() == {
+            "id": "first", "submissions": 0, "open_submissions": 0, "history_seq": 0,
+            "created_at": None, "updated_at": None, "open": [],
+        }
+        assert client.get(thread + "/history").json() == {
+            "thread_id": "first", "records": [], "next": None}
+        before = _drive_space(client, space, "first")
+        headers = {"accept": "text/event-stream"}
+        with connect_sse(client, "GET", thread + "/events", headers=headers) as source:
+            assert source.response.status_code == 200
+            assert source.response.headers["content-type"] == "text/event-stream"
+            events = source.iter_sse()
+            wait_for(lambda: _subscribers(client, space, "first") == 1,
+                     timeout=READ_TIMEOUT_S, what="the stream to be open")
+            opened = _drive_space(client, space, "first")
+            assert opened["rows_written"] == before["rows_written"]
+            assert client.get(f"/v1/spaces/{space}/threads").json()["threads"] == []
+            # The typed client opens on the same empty Thread (no NotFound) in its own thread.
+            followed: dict[str, Any] = {}
+            follower = threading.Thread(target=lambda: followed.update(
+                record=_first_record(typed, space, "first")))
+            follower.start()
+            wait_for(lambda: _subscribers(client, space, "first") == 2,
+                     timeout=READ_TIMEOUT_S, what="the client's stream to be open")
+            reply = client.post(thread + "/submissions",
+                                json={"agent": "echo", "input": {"text": "first"}})
+            assert reply.status_code == 202, reply.text
+            submission = reply.json()
+            client.get(f"/_drive/{space}/first")
+            seen = []
+            for event in events:
+                seen.append(event)
+                if event.event == "record":
+                    break
+            record = seen[-1]
+            assert record.id == "1"
+            data = json.loads(record.data)
+            assert data["submission_id"] == submission["id"]
+            assert data["body"] == {"role": "assistant", "text": "first"}
+            # Announced before its record, unless its run finished before the stream woke.
+            announced = [json.loads(e.data)["id"] for e in seen if e.event == "submission"]
+            assert announced in ([], [submission["id"]])
+            follower.join(timeout=READ_TIMEOUT_S * 2)
+            assert not follower.is_alive()
+        assert followed["record"] == (1, submission["id"], {"role": "assistant", "text": "first"})
+
+
+def _first_record(client: Client, space: str, thread: str) -> tuple[int | None, str | None, Any]:
+    events = client.events(space, thread, max_reconnects=0)
+    try:
+        for event in events:
+            if event.kind == "record":
+                record = event.record()
+                return event.seq, record.submission_id, record.body
+        raise AssertionError("the stream ended early")
+    finally:
+        events.close()  # type: ignore[attr-defined]
+
+
+def _drive_space(client: httpx.Client, space: str, thread: str) -> dict[str, Any]:
+    reply = client.get(f"/_drive/{space}/{thread}")
+    assert reply.status_code == 200, reply.text
+    body: dict[str, Any] = reply.json()
+    return body
+
+
 def test_a_stalled_stream_is_closed(workerd: Runtime) -> None:
     """A consumer that stops reading without the platform ever noticing (the chunk in flight
     is never taken, no cancel comes) is closed once a chunk has waited three heartbeats

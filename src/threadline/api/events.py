@@ -14,6 +14,10 @@ Two kinds of events, chosen so that resuming is exact:
   change it observes. A change that happened while no connection was open is not replayed;
   its effect shows in that opening snapshot (once settled, in ``GET .../submissions/{id}``).
 
+The route opens on a Thread with no submission yet (a Thread exists for reading once it is
+named; opening writes nothing): the stream waits, and the first submission admitted to it is
+announced and its records follow like any other.
+
 An idle stream sends the comment ``: keep-alive`` every ``sse_heartbeat_ms``. The stream waits
 on the gate's in-process change notifications; each wake reads only the records after the last
 one it sent and the Thread's open submissions (one indexed read each).
@@ -30,7 +34,7 @@ from threadline.api.context import ApiContext
 from threadline.api.http import Request, Response
 from threadline.api.models import MAX_SAFE_INTEGER, EventsQuery
 from threadline.api.problems import InvalidHeader
-from threadline.errors import NotFound, ValidationFailed
+from threadline.errors import ValidationFailed
 from threadline.threads import outbox, views
 from threadline.threads.model import decode_json
 
@@ -44,7 +48,8 @@ STREAM_DESCRIPTION = (
     "`event: submission` carries a submission's state (`id`, `seq`, `state`, `outcome`, "
     "`attempts`, `revision`) WITHOUT an `id:` field, so it never moves Last-Event-ID: each "
     "connection opens with the current state of the open submissions, then sends each change "
-    "it observes; changes made while disconnected are not replayed. An idle stream sends the "
+    "it observes; changes made while disconnected are not replayed. The stream opens on a "
+    "Thread with no submission yet and waits for its first one. An idle stream sends the "
     "comment `: keep-alive` every `sse_heartbeat_ms` (15 s by default)."
 )
 RECORD_EVENT = "record"
@@ -164,12 +169,13 @@ async def stream(ctx: ApiContext, thread_id: str, after: int) -> AsyncIterator[b
 async def events(ctx: ApiContext, request: Request, params: dict[str, str]) -> Response:
     """``GET .../threads/{thread}/events``: the Thread's records and state changes, live."""
     after = resume_point(request)
-    record = views.thread(ctx.storage, params["thread"])
-    if record is None:
-        raise NotFound(f"no thread {params['thread']!r}", field="thread")
-    if after > record.history_seq:
+    thread_id = params["thread"]
+    # A Thread exists for reading once it is named: before its first admission the stream
+    # opens on an empty history and waits, so a client can subscribe before it submits.
+    last_seq = outbox.last_history_seq(ctx.storage, thread_id)
+    if after > last_seq:
         # A seq this object never handed out: resuming there would skip records to come.
-        detail = f"{after} is past the Thread's last record ({record.history_seq})"
+        detail = f"{after} is past the Thread's last record ({last_seq})"
         if request.header("last-event-id") is not None:
             raise InvalidHeader(detail, field="Last-Event-ID")
         raise ValidationFailed(detail, field="after")
@@ -179,7 +185,7 @@ async def events(ctx: ApiContext, request: Request, params: dict[str, str]) -> R
         # Asks buffering proxies (nginx and alike) to pass each event through at once.
         "x-accel-buffering": "no",
     }
-    return Response(200, headers, stream=stream(ctx, record.id, after))
+    return Response(200, headers, stream=stream(ctx, thread_id, after))
 
 
 __all__ = [

@@ -196,13 +196,16 @@ class OpenSubmission(_Response):
     lease_expires_at: int | None
 
 
-class ThreadItem(_Response):
-    """A Thread in the list."""
-
+class _ThreadCounts(_Response):
     id: str
     submissions: int = Field(description="Submissions ever admitted.")
     open_submissions: int
     history_seq: int = Field(description="Seq of the newest history record (0: none).")
+
+
+class ThreadItem(_ThreadCounts):
+    """A Thread in the list (only Threads something was admitted to are listed)."""
+
     created_at: int
     updated_at: int
 
@@ -214,9 +217,19 @@ class ThreadPage(_Response):
     next: str | None
 
 
-class ThreadSummary(ThreadItem):
-    """A Thread with its open submissions in FIFO order (the first 100; the count is exact)."""
+class ThreadSummary(_ThreadCounts):
+    """A Thread with its open submissions in FIFO order (the first 100; the count is exact).
 
+    A Thread exists for reading once it is named: before its first submission it is empty,
+    with zero counts and null timestamps.
+    """
+
+    created_at: int | None = Field(
+        description="When its first submission was admitted; null before that."
+    )
+    updated_at: int | None = Field(
+        description="When it last changed; null before its first submission."
+    )
     open: list[OpenSubmission]
 
 

@@ -49,6 +49,13 @@ _SPACE = "/v1/spaces/{space}"
 _THREAD = _SPACE + "/threads/{thread}"
 _SUBMISSION = _THREAD + "/submissions/{submission}"
 
+#: How the read routes answer for a Thread nothing was admitted to yet.
+_NAMED = (
+    "A Thread exists for reading once it is named: before its first submission its summary "
+    "is empty (zero counts, null `created_at` and `updated_at`) and its history an empty "
+    "page. Reading writes nothing."
+)
+
 _log = logging.getLogger("threadline.api")
 
 
@@ -74,10 +81,11 @@ ROUTES: list[Route] = [
           "Threads of the space in id order, paged.",
           {200: (ThreadPage, "A page of Threads.")}, query=ThreadsQuery),
     Route("GET", _THREAD, threads.get_thread, "getThread",
-          "A Thread and its open submissions.", {200: (ThreadSummary, "The Thread.")}),
+          "A Thread and its open submissions.", {200: (ThreadSummary, "The Thread.")},
+          description=_NAMED),
     Route("GET", _THREAD + "/history", threads.history, "getHistory",
           "A Thread's canonical records, paged by seq.",
-          {200: (HistoryPage, "A page of records.")}, query=HistoryQuery),
+          {200: (HistoryPage, "A page of records.")}, query=HistoryQuery, description=_NAMED),
     Route("GET", _THREAD + "/events", events.events, "streamEvents",
           "A Thread's records and submission state changes, live (Server-Sent Events).",
           {200: (None, "An endless text/event-stream (see the operation's description).")},

@@ -1,4 +1,10 @@
-"""Thread routes: the paged list, one Thread's summary, and its history."""
+"""Thread routes: the paged list, one Thread's summary, and its history.
+
+A Thread exists for reading once it is named. Its row is written by its first admission only,
+so before that its summary is empty and its history an empty page (as its event stream opens
+and waits): a client can read or subscribe before it submits, and reading writes nothing.
+The list shows only Threads something was admitted to.
+"""
 
 from __future__ import annotations
 
@@ -6,20 +12,12 @@ from threadline.api.body import read_query
 from threadline.api.context import ApiContext
 from threadline.api.http import Request, Response, model_response
 from threadline.api.models import HistoryPage, HistoryQuery, HistoryRecord, ThreadPage, ThreadsQuery
-from threadline.api.views import thread_item, thread_summary
-from threadline.errors import NotFound
+from threadline.api.views import empty_thread, thread_item, thread_summary
 from threadline.threads import outbox, views
 from threadline.threads.model import decode_json
 
 #: A summary lists at most this many open submissions (the head first); the count is exact.
 OPEN_LISTED = 100
-
-
-def _thread(ctx: ApiContext, thread_id: str) -> views.ThreadRecord:
-    record = views.thread(ctx.storage, thread_id)
-    if record is None:
-        raise NotFound(f"no thread {thread_id!r}", field="thread")
-    return record
 
 
 async def list_threads(ctx: ApiContext, request: Request, params: dict[str, str]) -> Response:
@@ -37,7 +35,10 @@ async def list_threads(ctx: ApiContext, request: Request, params: dict[str, str]
 
 async def get_thread(ctx: ApiContext, request: Request, params: dict[str, str]) -> Response:
     """``GET .../threads/{thread}``: the Thread and its first open submissions in FIFO order."""
-    record = _thread(ctx, params["thread"])
+    record = views.thread(ctx.storage, params["thread"])
+    if record is None:
+        # No row: nothing was ever admitted, so nothing is open either.
+        return model_response(200, empty_thread(params["thread"]))
     open_items = views.open_submissions(ctx.storage, record.id, limit=OPEN_LISTED)
     return model_response(200, thread_summary(record, open_items))
 
@@ -45,8 +46,9 @@ async def get_thread(ctx: ApiContext, request: Request, params: dict[str, str]) 
 async def history(ctx: ApiContext, request: Request, params: dict[str, str]) -> Response:
     """``GET .../threads/{thread}/history?after=N&limit=M``: canonical records in seq order."""
     query = read_query(request, HistoryQuery)
-    record = _thread(ctx, params["thread"])
-    rows = outbox.read_history(ctx.storage, record.id, after=query.after, limit=query.limit + 1)
+    thread_id = params["thread"]
+    # No lookup of the Thread first: one never written has no records, an empty page.
+    rows = outbox.read_history(ctx.storage, thread_id, after=query.after, limit=query.limit + 1)
     page = rows[: query.limit]
     records = [
         HistoryRecord.model_validate(
@@ -60,7 +62,7 @@ async def history(ctx: ApiContext, request: Request, params: dict[str, str]) -> 
     ]
     more = len(rows) > query.limit
     return model_response(200, HistoryPage(
-        thread_id=record.id, records=records, next=records[-1].seq if more else None,
+        thread_id=thread_id, records=records, next=records[-1].seq if more else None,
     ))
 
 

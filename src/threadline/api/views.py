@@ -98,6 +98,14 @@ def thread_item(record: views.ThreadRecord) -> ThreadItem:
     )
 
 
+def empty_thread(thread_id: str) -> ThreadSummary:
+    """A named Thread nothing was admitted to yet: no row stands behind it."""
+    return ThreadSummary(
+        id=thread_id, submissions=0, open_submissions=0, history_seq=0, created_at=None,
+        updated_at=None, open=[],
+    )
+
+
 def thread_summary(record: views.ThreadRecord, open_items: list[WorkItem]) -> ThreadSummary:
     """A Thread with its open submissions."""
     return ThreadSummary.model_validate(
@@ -118,4 +126,6 @@ def thread_summary(record: views.ThreadRecord, open_items: list[WorkItem]) -> Th
     )
 
 
-__all__ = ["submission_detail", "submission_view", "thread_item", "thread_summary"]
+__all__ = [
+    "empty_thread", "submission_detail", "submission_view", "thread_item", "thread_summary",
+]

@@ -18,6 +18,7 @@ _HISTORY_EXISTS = "SELECT 1 AS present FROM tl_history WHERE record_id = ?"
 _NEXT_HISTORY_SEQ = (
     "SELECT COALESCE(MAX(seq), 0) + 1 AS seq FROM tl_history WHERE thread_id = ?"
 )
+_LAST_HISTORY_SEQ = "SELECT COALESCE(MAX(seq), 0) AS seq FROM tl_history WHERE thread_id = ?"
 _INSERT_HISTORY = (
     "INSERT INTO tl_history (thread_id, seq, record_id, submission_id, kind, body_json,"
     " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
@@ -68,6 +69,11 @@ def publish(
     storage.exec(_INSERT_OUTBOX, record_id, thread_id, kind, body_json, now)
 
 
+def last_history_seq(storage: Storage, thread_id: str) -> int:
+    """The seq of the Thread's newest record; 0 when it has none (or was never written)."""
+    return int(storage.exec(_LAST_HISTORY_SEQ, thread_id).one()["seq"])
+
+
 def read_history(
     storage: Storage, thread_id: str, *, after: int = 0, limit: int = 100
 ) -> list[dict[str, object]]:
@@ -75,4 +81,4 @@ def read_history(
     return storage.exec(_READ_HISTORY, thread_id, after, limit).rows
 
 
-__all__ = ["append_history", "history_has", "publish", "read_history"]
+__all__ = ["append_history", "history_has", "last_history_seq", "publish", "read_history"]

@@ -319,7 +319,10 @@ driven_app.agents = entry_app.agents
 
 class ThreadObject(AppThreadObject):
     """The app's object, plus ``/_drive/``: recovery and head Attempts of one Thread until
-    nothing changes, as a maintenance pass would run them (test-only)."""
+    nothing changes, as a maintenance pass would run them (test-only). It answers how many runs
+    it settled, the open event streams, and the rows this incarnation wrote before the drive
+    (workerd's billed count), so a test can tell that the requests between two drives wrote
+    nothing."""
 
     app = driven_app
 
@@ -330,6 +333,7 @@ class ThreadObject(AppThreadObject):
         if not path.startswith(DRIVE):
             return await super().fetch(request)
         thread = path[len(DRIVE) :].split("/")[1]
+        written = self.storage.meter.reading().rows_written
         runtime = self.space.runtime
         settled = 0
         for _ in range(20):
@@ -339,7 +343,8 @@ class ThreadObject(AppThreadObject):
                 settled += 1
             if runtime.ledger.thread_open(thread) == before:
                 break
-        return Response.json({"settled": settled, "subscribers": len(self.space.api.subscribers)})
+        return Response.json({"settled": settled, "subscribers": len(self.space.api.subscribers),
+                              "rows_written": written})
 
     def settlements(self) -> dict[str, list[str]]:
         """Install the settlement log (idempotent), then return it: for each submission, the
