@@ -12,6 +12,14 @@ amount of work and returns when its lane is next due (None: idle). The runner
 * backs a failure off (``now + backoff(stalls)``); the failure is logged with the lane and the
   error type only, and never fails the pass or blocks native work.
 
+**Progress.** A wave that moves work forward is never a stall. Code running inside a wave
+reports each step of real work through :func:`current_wave`: :meth:`Wave.progress`, called in
+the transaction that commits the step (an event acknowledged, a batch delivered), resets the
+lane's stalls durably with it, so only a wave that moves nothing counts toward parking, and a
+failure after progress backs off from a fresh budget. Once its wave has ended a handler's
+progress is refused, which rolls its transaction back: code a handler left running commits
+nothing through it.
+
 A due lane without a registered handler fails the same way, loudly: it is claimed (charged,
 backed off, eventually parked) and logged, so it can never make the alarm spin.
 """
@@ -21,8 +29,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable
-from contextlib import suppress
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager, suppress
+from contextvars import ContextVar
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -63,17 +72,90 @@ class LaneSpec:
 
 @dataclass(frozen=True, slots=True)
 class WaveResult:
-    """One wave: its outcome, and the charged lane when it was claimed."""
+    """One wave: its outcome, the charged lane when it was claimed, and whether it progressed."""
 
     lane_id: str
     outcome: WaveOutcome
     claimed: Lane | None = None
+    progressed: bool = False
 
     @property
     def newly_parked(self) -> bool:
-        """True when this wave's claim parked the lane and the parking is not reported yet."""
+        """True when this wave's claim parked the lane and the parking is not reported yet.
+
+        A wave that progressed ended the parking its claim began: nothing to report then.
+        """
         claimed = self.claimed
-        return claimed is not None and claimed.state is LaneState.PARKED and not claimed.reported
+        return (claimed is not None and claimed.state is LaneState.PARKED
+                and not claimed.reported and not self.progressed)
+
+
+class Wave:
+    """The running wave of one lane, as the code inside it sees it (see :func:`current_wave`).
+
+    The lane runner makes one per claimed wave; a handler (and whatever it awaits) finds it
+    with :func:`current_wave` and reports its progress through it.
+    """
+
+    __slots__ = ("_clock", "_config", "_ended", "_progressed", "_queue", "_storage", "lane_id")
+
+    def __init__(
+        self, lane_id: str, storage: Storage, queue: DueQueue, clock: Clock, config: RuntimeConfig
+    ) -> None:
+        #: The lane this wave serves.
+        self.lane_id = lane_id
+        self._storage = storage
+        self._queue = queue
+        self._clock = clock
+        self._config = config
+        self._progressed = False
+        self._ended = False
+
+    @property
+    def progressed(self) -> bool:
+        """Whether the wave reported progress."""
+        return self._progressed
+
+    @property
+    def ended(self) -> bool:
+        """Whether the runner is done with the wave (its handler returned or failed); its
+        progress is refused from then on."""
+        return self._ended
+
+    def progress(self) -> None:
+        """Record that this wave moved its lane's work forward (an event acknowledged, a batch
+        delivered); call it inside the transaction that commits that step.
+
+        The lane's stalls reset with the step (see :meth:`DueQueue.replenish`), so a wave that
+        progresses never counts toward parking, and should the object be lost mid-wave the lane
+        is due again within ``alarm_backoff_base_ms``. Raises :class:`SchedulingError` outside
+        a transaction (the reset could commit without its step, or the step without it) and
+        once the wave has ended: the handler's time is over, so its transaction rolls back.
+        """
+        if self._ended:
+            raise SchedulingError(
+                f"the wave of lane {self.lane_id!r} has ended: its handler commits nothing more")
+        if not self._storage.in_transaction():
+            raise SchedulingError("Wave.progress() must run inside the step's transaction")
+        fallback = self._clock.now_ms() + self._config.alarm_backoff_base_ms
+        self._queue.replenish(self.lane_id, fallback)
+        self._progressed = True
+
+    def end(self) -> None:
+        """The runner is done with the wave."""
+        self._ended = True
+
+
+_current_wave: ContextVar[Wave | None] = ContextVar("threadline_lane_wave", default=None)
+
+
+def current_wave() -> Wave | None:
+    """The lane wave the calling code runs in, or None outside any wave.
+
+    Tasks a handler creates inherit it, and keep it after the wave ended (then its progress
+    is refused).
+    """
+    return _current_wave.get()
 
 
 class LaneRunner:
@@ -145,21 +227,28 @@ class LaneRunner:
         deadline = now + spec.dispatch_timeout_ms
         if until is not None:
             deadline = min(deadline, until)
+        wave = Wave(lane.id, self._storage, self._queue, self._clock, self._config)
         try:
-            next_due = await _bounded(spec.handler(now, deadline), self._clock, deadline)
+            with _running(wave):
+                next_due = await _bounded(spec.handler(now, deadline), self._clock, deadline)
         except TimeoutError:
             self._log(f"threadline: maintenance lane {lane.id!r} ran past its dispatch timeout")
-            self._back_off(claimed)
-            return WaveResult(lane.id, WaveOutcome.TIMED_OUT, claimed)
+            return self._failed(claimed, wave, WaveOutcome.TIMED_OUT)
         except Exception as exc:  # a lane's failure is charged, never fatal
             self._log(
                 f"threadline: maintenance lane {lane.id!r} failed ({type(exc).__name__}); "
-                f"backing off (stalls={claimed.stalls})"
+                f"backing off (stalls={0 if wave.progressed else claimed.stalls})"
             )
-            self._back_off(claimed)
-            return WaveResult(lane.id, WaveOutcome.FAILED, claimed)
+            return self._failed(claimed, wave, WaveOutcome.FAILED)
         self._complete(claimed, next_due)
-        return WaveResult(lane.id, WaveOutcome.COMPLETED, claimed)
+        return WaveResult(lane.id, WaveOutcome.COMPLETED, claimed, wave.progressed)
+
+    def _failed(self, claimed: Lane, wave: Wave, outcome: WaveOutcome) -> WaveResult:
+        # Progress in the wave reset its stalls: the retry backs off from a fresh budget.
+        stalls = 0 if wave.progressed else claimed.stalls
+        due = self._clock.now_ms() + backoff_ms(stalls, self._config, self._rng)
+        self._storage.transaction(lambda: self._queue.complete(claimed, due))
+        return WaveResult(claimed.id, outcome, claimed, wave.progressed)
 
     def _complete(self, claimed: Lane, next_due: int | None) -> None:
         # A mutation that enrolled this lane is still in flight: its facts are not committed
@@ -169,9 +258,16 @@ class LaneRunner:
                 return
             self._storage.transaction(lambda: self._queue.complete(claimed, next_due))
 
-    def _back_off(self, claimed: Lane) -> None:
-        due = self._clock.now_ms() + backoff_ms(claimed.stalls, self._config, self._rng)
-        self._storage.transaction(lambda: self._queue.complete(claimed, due))
+
+@contextmanager
+def _running(wave: Wave) -> Iterator[None]:
+    """Make ``wave`` the current wave of the handler started inside; end it on the way out."""
+    token = _current_wave.set(wave)
+    try:
+        yield
+    finally:
+        wave.end()
+        _current_wave.reset(token)
 
 
 #: What a lane handler may let out of its wave: the (simulated) loss of the object, and the
@@ -213,6 +309,8 @@ __all__ = [
     "LaneHandler",
     "LaneRunner",
     "LaneSpec",
+    "Wave",
     "WaveOutcome",
     "WaveResult",
+    "current_wave",
 ]
