@@ -6,7 +6,9 @@ amount of work and returns when its lane is next due (None: idle). The runner
 * claims the lane through the due queue first (compare-and-set, one attempt charged, the lane
   due again at the crash-fallback deadline should the object be lost mid-wave; after
   ``park_after_stalls`` claims without progress the lane is parked and reported once);
-* runs the handler bounded by its dispatch timeout, measured on the injected clock;
+* runs the handler bounded by its dispatch timeout, measured on the injected clock; past it the
+  handler is cancelled and given ``cancel_grace_ms`` to unwind, and one that ignores the
+  cancellation is abandoned there, exactly like an agent: no handler can hold the pass;
 * completes the lane with the returned deadline, unless a producer enrolled it meanwhile (its
   newer revision stays due) or a mutation that enrolled it is still in flight;
 * backs a failure off (``now + backoff(stalls)``); the failure is logged with the lane and the
@@ -16,9 +18,9 @@ amount of work and returns when its lane is next due (None: idle). The runner
 reports each step of real work through :func:`current_wave`: :meth:`Wave.progress`, called in
 the transaction that commits the step (an event acknowledged, a batch delivered), resets the
 lane's stalls durably with it, so only a wave that moves nothing counts toward parking, and a
-failure after progress backs off from a fresh budget. Once its wave has ended a handler's
-progress is refused, which rolls its transaction back: code a handler left running commits
-nothing through it.
+failure after progress backs off from a fresh budget. Once its wave has ended (returned,
+failed, or abandoned) a handler's progress is refused, which rolls its transaction back:
+the code of an abandoned handler commits nothing through it.
 
 A due lane without a registered handler fails the same way, loudly: it is claimed (charged,
 backed off, eventually parked) and logged, so it can never make the alarm spin.
@@ -30,7 +32,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from enum import StrEnum
@@ -118,8 +120,8 @@ class Wave:
 
     @property
     def ended(self) -> bool:
-        """Whether the runner is done with the wave (its handler returned or failed); its
-        progress is refused from then on."""
+        """Whether the runner is done with the wave (its handler returned, failed, or was
+        abandoned); its progress is refused from then on."""
         return self._ended
 
     def progress(self) -> None:
@@ -158,6 +160,14 @@ def current_wave() -> Wave | None:
     return _current_wave.get()
 
 
+class _TimedOut(Exception):
+    """The handler outran its wave's deadline and was cancelled."""
+
+
+class _Abandoned(_TimedOut):
+    """The handler outran its wave and ignored the cancellation for ``cancel_grace_ms``."""
+
+
 class LaneRunner:
     """Runs waves of the non-native lanes of one object incarnation."""
 
@@ -180,6 +190,7 @@ class LaneRunner:
         self._rng = rng
         self._log = log if log is not None else _logger.error
         self._lanes: dict[str, LaneSpec] = {}
+        self._abandoned: set[asyncio.Future[int | None]] = set()
 
     def register(self, lane_id: str, handler: LaneHandler, *, dispatch_timeout_ms: int) -> None:
         """Register the handler of ``lane_id``; a lane has one handler, native has none here."""
@@ -198,6 +209,11 @@ class LaneRunner:
     def registered(self) -> frozenset[str]:
         """The lanes with a handler."""
         return frozenset(self._lanes)
+
+    @property
+    def abandoned(self) -> int:
+        """Handlers abandoned after a cancellation they ignored, still running."""
+        return len(self._abandoned)
 
     def due(self, lanes: list[Lane], now: int) -> list[Lane]:
         """The non-native lanes among ``lanes`` due at ``now`` and not held by a mutation."""
@@ -230,8 +246,15 @@ class LaneRunner:
         wave = Wave(lane.id, self._storage, self._queue, self._clock, self._config)
         try:
             with _running(wave):
-                next_due = await _bounded(spec.handler(now, deadline), self._clock, deadline)
-        except TimeoutError:
+                next_due = await self._bounded(spec.handler(now, deadline), deadline)
+        except _Abandoned:
+            self._log(
+                f"threadline: maintenance lane {lane.id!r} ran past its dispatch timeout and "
+                f"ignored its cancellation for cancel_grace_ms ({self._config.cancel_grace_ms});"
+                " abandoned"
+            )
+            return self._failed(claimed, wave, WaveOutcome.TIMED_OUT)
+        except _TimedOut:
             self._log(f"threadline: maintenance lane {lane.id!r} ran past its dispatch timeout")
             return self._failed(claimed, wave, WaveOutcome.TIMED_OUT)
         except Exception as exc:  # a lane's failure is charged, never fatal
@@ -258,6 +281,65 @@ class LaneRunner:
                 return
             self._storage.transaction(lambda: self._queue.complete(claimed, next_due))
 
+    async def _bounded(self, work: Awaitable[int | None], deadline: int) -> int | None:
+        """Await ``work`` until ``deadline`` on the clock; past it, cancel it and raise
+        :class:`_TimedOut` (:class:`_Abandoned` when it ignored the cancellation for the
+        grace)."""
+        task = asyncio.ensure_future(work)
+        timer = asyncio.ensure_future(self._clock.sleep_until(deadline))
+        try:
+            await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            # Cancelled from outside (the pass failed): nothing waits for the handler now.
+            task.cancel()
+            self._abandon(task)
+            raise
+        finally:
+            timer.cancel()
+        if not task.done():
+            if not await self._stop(task):
+                raise _Abandoned
+            unwound = None if task.cancelled() else task.exception()
+            if isinstance(unwound, _PROPAGATES):
+                raise unwound
+            raise _TimedOut
+        if task.cancelled():
+            # Nothing cancelled the wave (that would have raised from the wait above): the
+            # handler's own code let a CancelledError out. That is its failure, charged like any
+            # other; propagating it would cancel the whole pass.
+            raise RuntimeError("the lane handler raised CancelledError without being cancelled")
+        failure = task.exception()
+        if failure is not None and not isinstance(failure, (Exception, *_PROPAGATES)):
+            # A foreign BaseException (GeneratorExit, a custom subclass) is the handler's failure
+            # too: only a loss of the object or a stop of the host may end the pass.
+            raise RuntimeError(f"the lane handler raised {type(failure).__name__}") from failure
+        return task.result()
+
+    async def _stop(self, task: asyncio.Future[int | None]) -> bool:
+        """Cancel the handler and wait up to ``cancel_grace_ms`` for it to end; False when it
+        ignored the cancellation and was abandoned (a cancellation of this wait abandons it
+        all the same before propagating)."""
+        task.cancel()
+        grace = asyncio.ensure_future(
+            self._clock.sleep_until(self._clock.now_ms() + self._config.cancel_grace_ms))
+        try:
+            await asyncio.wait((task, grace), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            grace.cancel()
+            self._abandon(task)
+        return task.done()
+
+    def _abandon(self, task: asyncio.Future[int | None]) -> None:
+        """Keep a handler still running referenced until it ends, its outcome discarded."""
+        if not task.done():
+            self._abandoned.add(task)
+            task.add_done_callback(self._forget)
+
+    def _forget(self, task: asyncio.Future[int | None]) -> None:
+        self._abandoned.discard(task)
+        if not task.cancelled():
+            task.exception()
+
 
 @contextmanager
 def _running(wave: Wave) -> Iterator[None]:
@@ -273,35 +355,6 @@ def _running(wave: Wave) -> Iterator[None]:
 #: What a lane handler may let out of its wave: the (simulated) loss of the object, and the
 #: host stopping the code. Anything else it raises fails the wave.
 _PROPAGATES = (Evicted, KeyboardInterrupt, SystemExit)
-
-
-async def _bounded(work: Awaitable[int | None], clock: Clock, deadline: int) -> int | None:
-    """Await ``work`` until ``deadline`` on ``clock``; past it, cancel it and raise TimeoutError."""
-    task = asyncio.ensure_future(work)
-    timer = asyncio.ensure_future(clock.sleep_until(deadline))
-    try:
-        await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:
-        task.cancel()
-        raise
-    finally:
-        timer.cancel()
-    if not task.done():
-        task.cancel()
-        with suppress(asyncio.CancelledError):
-            await task
-        raise TimeoutError
-    if task.cancelled():
-        # Nothing cancelled the wave (that would have raised from the wait above): the
-        # handler's own code let a CancelledError out. That is its failure, charged like any
-        # other; propagating it would cancel the whole pass.
-        raise RuntimeError("the lane handler raised CancelledError without being cancelled")
-    failure = task.exception()
-    if failure is not None and not isinstance(failure, (Exception, *_PROPAGATES)):
-        # A foreign BaseException (GeneratorExit, a custom subclass) is the handler's failure
-        # too: only a loss of the object or a stop of the host may end the pass.
-        raise RuntimeError(f"the lane handler raised {type(failure).__name__}") from failure
-    return task.result()
 
 
 __all__ = [
