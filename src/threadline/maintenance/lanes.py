@@ -12,7 +12,10 @@ amount of work and returns when its lane is next due (None: idle). The runner
 * completes the lane with the returned deadline, unless a producer enrolled it meanwhile (its
   newer revision stays due) or a mutation that enrolled it is still in flight;
 * backs a failure off (``now + backoff(stalls)``); the failure is logged with the lane and the
-  error type only, and never fails the pass or blocks native work.
+  error type only, and never fails the pass or blocks native work. A storage failure while
+  claiming or completing the lane is that lane's failure too: a claim storage refused is
+  charged again without running the handler (that charge is the backoff), and a completion it
+  refused leaves the claim's own crash-fallback deadline, already backed off.
 
 **Progress.** A wave that moves work forward is never a stall. Code running inside a wave
 reports each step of real work through :func:`current_wave`: :meth:`Wave.progress`, called in
@@ -39,7 +42,7 @@ from enum import StrEnum
 
 from threadline.clock import Clock
 from threadline.config import RuntimeConfig
-from threadline.errors import Evicted, SchedulingError
+from threadline.errors import Evicted, SchedulingError, ThreadlineError
 from threadline.scheduling import NATIVE, DueQueue, Lane, LaneState, MutationGate, backoff_ms
 from threadline.scheduling.due_queue import validate_lane_id
 from threadline.storage.port import Storage
@@ -227,10 +230,15 @@ class LaneRunner:
     async def run_wave(self, lane: Lane, *, until: int | None = None) -> WaveResult:
         """Claim ``lane`` (a snapshot) and run one wave of it; see the module docstring.
 
-        ``until`` (epoch ms) caps the wave's deadline: the pass's own event deadline.
+        ``until`` (epoch ms) caps the wave's deadline: the pass's own event deadline. It never
+        raises for the lane's own failure, storage's included: only the loss of the object, a
+        stop of the host, or a cancellation from outside leave it.
         """
         now = self._clock.now_ms()
-        claimed = self._storage.transaction(lambda: self._queue.claim(lane, now))
+        try:
+            claimed = self._storage.transaction(lambda: self._queue.claim(lane, now))
+        except ThreadlineError as exc:
+            return self._claim_refused(lane, exc)
         if claimed is None:
             return WaveResult(lane.id, WaveOutcome.STALE)
         spec = self._lanes.get(lane.id)
@@ -266,11 +274,30 @@ class LaneRunner:
         self._complete(claimed, next_due)
         return WaveResult(lane.id, WaveOutcome.COMPLETED, claimed, wave.progressed)
 
+    def _claim_refused(self, lane: Lane, exc: ThreadlineError) -> WaveResult:
+        """Storage refused the claim, so nothing was charged: charge it once more without
+        running the handler, which moves the lane to its backoff (and toward parking)."""
+        self._log(
+            f"threadline: maintenance lane {lane.id!r} could not be claimed "
+            f"({type(exc).__name__}); backing off"
+        )
+        now = self._clock.now_ms()
+        try:
+            charged = self._storage.transaction(lambda: self._queue.claim(lane, now))
+        except ThreadlineError as again:
+            # Storage refuses every write: the lane stays due as it was, for the next pass.
+            self._log(
+                f"threadline: maintenance lane {lane.id!r} could not be backed off "
+                f"({type(again).__name__})"
+            )
+            charged = None
+        return WaveResult(lane.id, WaveOutcome.FAILED, charged)
+
     def _failed(self, claimed: Lane, wave: Wave, outcome: WaveOutcome) -> WaveResult:
         # Progress in the wave reset its stalls: the retry backs off from a fresh budget.
         stalls = 0 if wave.progressed else claimed.stalls
         due = self._clock.now_ms() + backoff_ms(stalls, self._config, self._rng)
-        self._storage.transaction(lambda: self._queue.complete(claimed, due))
+        self._finish(claimed, due)
         return WaveResult(claimed.id, outcome, claimed, wave.progressed)
 
     def _complete(self, claimed: Lane, next_due: int | None) -> None:
@@ -279,7 +306,17 @@ class LaneRunner:
         with self._gate.snapshot():
             if claimed.id in self._gate.active_lanes():
                 return
+            self._finish(claimed, next_due)
+
+    def _finish(self, claimed: Lane, next_due: int | None) -> None:
+        try:
             self._storage.transaction(lambda: self._queue.complete(claimed, next_due))
+        except ThreadlineError as exc:
+            # The claim's crash-fallback deadline stands: the lane is retried after a backoff.
+            self._log(
+                f"threadline: maintenance lane {claimed.id!r} could not be completed "
+                f"({type(exc).__name__}); retried at its fallback deadline"
+            )
 
     async def _bounded(self, work: Awaitable[int | None], deadline: int) -> int | None:
         """Await ``work`` until ``deadline`` on the clock; past it, cancel it and raise
