@@ -48,7 +48,11 @@ class Application:
         event is durably handled or queued on the host side, and deduplicate by the object
         and ``seq``. An event is acknowledged only after ``fn`` returns; if it raises, the
         lane retries it with backoff and later events wait behind it, while native work goes
-        on. Without a hook, events are logged and acknowledged. ::
+        on. One wave of the lane lasts at most 30 s: a slow hook is cut there and resumes at
+        the unacknowledged event soon after (a wave that acknowledged anything is never
+        counted toward parking the lane), and a hook that ignores its cancellation is
+        abandoned after ``cancel_grace_ms``, its event delivered again later. Without a hook,
+        events are logged and acknowledged. ::
 
             @app.on_recovery_event
             async def notify(event: threadline.RecoveryEvent) -> None:

@@ -87,8 +87,9 @@ class RuntimeConfig(BaseModel):
         ge=0,
         le=60_000,
         description=(
-            "How long a cancelled Attempt may take to unwind before it is abandoned as lost;"
-            " an agent that swallows the cancellation cannot hold the pass longer than this."
+            "How long a cancelled Attempt, lane handler or recovery-event hook may take to"
+            " unwind before it is abandoned; one that swallows the cancellation cannot hold"
+            " the pass longer than this."
             " event_deadline_ms + cancel_grace_ms must stay below the platform's limit."
         ),
     )

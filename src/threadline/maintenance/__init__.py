@@ -1,6 +1,13 @@
 """The maintenance pass that one alarm event runs, and the lanes it serves (DESIGN §4)."""
 
-from threadline.maintenance.lanes import LaneHandler, LaneRunner, WaveOutcome, WaveResult
+from threadline.maintenance.lanes import (
+    LaneHandler,
+    LaneRunner,
+    Wave,
+    WaveOutcome,
+    WaveResult,
+    current_wave,
+)
 from threadline.maintenance.maintenance import Maintenance, MaintenanceParts
 from threadline.maintenance.report import PassPhase, PassReport, PassReports
 
@@ -12,6 +19,8 @@ __all__ = [
     "PassPhase",
     "PassReport",
     "PassReports",
+    "Wave",
     "WaveOutcome",
     "WaveResult",
+    "current_wave",
 ]

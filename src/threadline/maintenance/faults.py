@@ -30,6 +30,7 @@ from typing import Any, Literal, cast
 
 from threadline.clock import Clock
 from threadline.errors import StorageError
+from threadline.maintenance.lanes import current_wave
 from threadline.scheduling import state
 from threadline.scheduling.due_queue import NATIVE, RECOVERY_EVENTS
 from threadline.scheduling.gate import MutationGate
@@ -472,10 +473,15 @@ class RecoveryEvents:
             await result
 
     def _acknowledge(self, seq: int) -> None:
+        wave = current_wave()
+
         def ack() -> None:
             # A lost race means the event was already acknowledged; its row is gone then.
             if state.acknowledge_recovery_event(self._storage, seq):
                 self._storage.exec(_DELETE_EVENT, seq)
+                if wave is not None:
+                    # Refused once the wave ended: an abandoned hook's late ack rolls back.
+                    wave.progress()
 
         self._storage.transaction(ack)
 

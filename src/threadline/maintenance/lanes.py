@@ -6,11 +6,24 @@ amount of work and returns when its lane is next due (None: idle). The runner
 * claims the lane through the due queue first (compare-and-set, one attempt charged, the lane
   due again at the crash-fallback deadline should the object be lost mid-wave; after
   ``park_after_stalls`` claims without progress the lane is parked and reported once);
-* runs the handler bounded by its dispatch timeout, measured on the injected clock;
+* runs the handler bounded by its dispatch timeout, measured on the injected clock; past it the
+  handler is cancelled and given ``cancel_grace_ms`` to unwind, and one that ignores the
+  cancellation is abandoned there, exactly like an agent: no handler can hold the pass;
 * completes the lane with the returned deadline, unless a producer enrolled it meanwhile (its
   newer revision stays due) or a mutation that enrolled it is still in flight;
 * backs a failure off (``now + backoff(stalls)``); the failure is logged with the lane and the
-  error type only, and never fails the pass or blocks native work.
+  error type only, and never fails the pass or blocks native work. A storage failure while
+  claiming or completing the lane is that lane's failure too: a claim storage refused is
+  charged again without running the handler (that charge is the backoff), and a completion it
+  refused leaves the claim's own crash-fallback deadline, already backed off.
+
+**Progress.** A wave that moves work forward is never a stall. Code running inside a wave
+reports each step of real work through :func:`current_wave`: :meth:`Wave.progress`, called in
+the transaction that commits the step (an event acknowledged, a batch delivered), resets the
+lane's stalls durably with it, so only a wave that moves nothing counts toward parking, and a
+failure after progress backs off from a fresh budget. Once its wave has ended (returned,
+failed, or abandoned) a handler's progress is refused, which rolls its transaction back:
+the code of an abandoned handler commits nothing through it.
 
 A due lane without a registered handler fails the same way, loudly: it is claimed (charged,
 backed off, eventually parked) and logged, so it can never make the alarm spin.
@@ -21,14 +34,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable
-from contextlib import suppress
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from enum import StrEnum
 
 from threadline.clock import Clock
 from threadline.config import RuntimeConfig
-from threadline.errors import Evicted, SchedulingError
+from threadline.errors import Evicted, SchedulingError, ThreadlineError
 from threadline.scheduling import NATIVE, DueQueue, Lane, LaneState, MutationGate, backoff_ms
 from threadline.scheduling.due_queue import validate_lane_id
 from threadline.storage.port import Storage
@@ -63,17 +77,98 @@ class LaneSpec:
 
 @dataclass(frozen=True, slots=True)
 class WaveResult:
-    """One wave: its outcome, and the charged lane when it was claimed."""
+    """One wave: its outcome, the charged lane when it was claimed, and whether it progressed."""
 
     lane_id: str
     outcome: WaveOutcome
     claimed: Lane | None = None
+    progressed: bool = False
 
     @property
     def newly_parked(self) -> bool:
-        """True when this wave's claim parked the lane and the parking is not reported yet."""
+        """True when this wave's claim parked the lane and the parking is not reported yet.
+
+        A wave that progressed ended the parking its claim began: nothing to report then.
+        """
         claimed = self.claimed
-        return claimed is not None and claimed.state is LaneState.PARKED and not claimed.reported
+        return (claimed is not None and claimed.state is LaneState.PARKED
+                and not claimed.reported and not self.progressed)
+
+
+class Wave:
+    """The running wave of one lane, as the code inside it sees it (see :func:`current_wave`).
+
+    The lane runner makes one per claimed wave; a handler (and whatever it awaits) finds it
+    with :func:`current_wave` and reports its progress through it.
+    """
+
+    __slots__ = ("_clock", "_config", "_ended", "_progressed", "_queue", "_storage", "lane_id")
+
+    def __init__(
+        self, lane_id: str, storage: Storage, queue: DueQueue, clock: Clock, config: RuntimeConfig
+    ) -> None:
+        #: The lane this wave serves.
+        self.lane_id = lane_id
+        self._storage = storage
+        self._queue = queue
+        self._clock = clock
+        self._config = config
+        self._progressed = False
+        self._ended = False
+
+    @property
+    def progressed(self) -> bool:
+        """Whether the wave reported progress."""
+        return self._progressed
+
+    @property
+    def ended(self) -> bool:
+        """Whether the runner is done with the wave (its handler returned, failed, or was
+        abandoned); its progress is refused from then on."""
+        return self._ended
+
+    def progress(self) -> None:
+        """Record that this wave moved its lane's work forward (an event acknowledged, a batch
+        delivered); call it inside the transaction that commits that step.
+
+        The lane's stalls reset with the step (see :meth:`DueQueue.replenish`), so a wave that
+        progresses never counts toward parking, and should the object be lost mid-wave the lane
+        is due again within ``alarm_backoff_base_ms``. Raises :class:`SchedulingError` outside
+        a transaction (the reset could commit without its step, or the step without it) and
+        once the wave has ended: the handler's time is over, so its transaction rolls back.
+        """
+        if self._ended:
+            raise SchedulingError(
+                f"the wave of lane {self.lane_id!r} has ended: its handler commits nothing more")
+        if not self._storage.in_transaction():
+            raise SchedulingError("Wave.progress() must run inside the step's transaction")
+        fallback = self._clock.now_ms() + self._config.alarm_backoff_base_ms
+        self._queue.replenish(self.lane_id, fallback)
+        self._progressed = True
+
+    def end(self) -> None:
+        """The runner is done with the wave."""
+        self._ended = True
+
+
+_current_wave: ContextVar[Wave | None] = ContextVar("threadline_lane_wave", default=None)
+
+
+def current_wave() -> Wave | None:
+    """The lane wave the calling code runs in, or None outside any wave.
+
+    Tasks a handler creates inherit it, and keep it after the wave ended (then its progress
+    is refused).
+    """
+    return _current_wave.get()
+
+
+class _TimedOut(Exception):
+    """The handler outran its wave's deadline and was cancelled."""
+
+
+class _Abandoned(_TimedOut):
+    """The handler outran its wave and ignored the cancellation for ``cancel_grace_ms``."""
 
 
 class LaneRunner:
@@ -98,6 +193,7 @@ class LaneRunner:
         self._rng = rng
         self._log = log if log is not None else _logger.error
         self._lanes: dict[str, LaneSpec] = {}
+        self._abandoned: set[asyncio.Future[int | None]] = set()
 
     def register(self, lane_id: str, handler: LaneHandler, *, dispatch_timeout_ms: int) -> None:
         """Register the handler of ``lane_id``; a lane has one handler, native has none here."""
@@ -117,6 +213,11 @@ class LaneRunner:
         """The lanes with a handler."""
         return frozenset(self._lanes)
 
+    @property
+    def abandoned(self) -> int:
+        """Handlers abandoned after a cancellation they ignored, still running."""
+        return len(self._abandoned)
+
     def due(self, lanes: list[Lane], now: int) -> list[Lane]:
         """The non-native lanes among ``lanes`` due at ``now`` and not held by a mutation."""
         producing = self._gate.active_lanes()
@@ -129,10 +230,15 @@ class LaneRunner:
     async def run_wave(self, lane: Lane, *, until: int | None = None) -> WaveResult:
         """Claim ``lane`` (a snapshot) and run one wave of it; see the module docstring.
 
-        ``until`` (epoch ms) caps the wave's deadline: the pass's own event deadline.
+        ``until`` (epoch ms) caps the wave's deadline: the pass's own event deadline. It never
+        raises for the lane's own failure, storage's included: only the loss of the object, a
+        stop of the host, or a cancellation from outside leave it.
         """
         now = self._clock.now_ms()
-        claimed = self._storage.transaction(lambda: self._queue.claim(lane, now))
+        try:
+            claimed = self._storage.transaction(lambda: self._queue.claim(lane, now))
+        except ThreadlineError as exc:
+            return self._claim_refused(lane, exc)
         if claimed is None:
             return WaveResult(lane.id, WaveOutcome.STALE)
         spec = self._lanes.get(lane.id)
@@ -145,21 +251,54 @@ class LaneRunner:
         deadline = now + spec.dispatch_timeout_ms
         if until is not None:
             deadline = min(deadline, until)
+        wave = Wave(lane.id, self._storage, self._queue, self._clock, self._config)
         try:
-            next_due = await _bounded(spec.handler(now, deadline), self._clock, deadline)
-        except TimeoutError:
+            with _running(wave):
+                next_due = await self._bounded(spec.handler(now, deadline), deadline)
+        except _Abandoned:
+            self._log(
+                f"threadline: maintenance lane {lane.id!r} ran past its dispatch timeout and "
+                f"ignored its cancellation for cancel_grace_ms ({self._config.cancel_grace_ms});"
+                " abandoned"
+            )
+            return self._failed(claimed, wave, WaveOutcome.TIMED_OUT)
+        except _TimedOut:
             self._log(f"threadline: maintenance lane {lane.id!r} ran past its dispatch timeout")
-            self._back_off(claimed)
-            return WaveResult(lane.id, WaveOutcome.TIMED_OUT, claimed)
+            return self._failed(claimed, wave, WaveOutcome.TIMED_OUT)
         except Exception as exc:  # a lane's failure is charged, never fatal
             self._log(
                 f"threadline: maintenance lane {lane.id!r} failed ({type(exc).__name__}); "
-                f"backing off (stalls={claimed.stalls})"
+                f"backing off (stalls={0 if wave.progressed else claimed.stalls})"
             )
-            self._back_off(claimed)
-            return WaveResult(lane.id, WaveOutcome.FAILED, claimed)
+            return self._failed(claimed, wave, WaveOutcome.FAILED)
         self._complete(claimed, next_due)
-        return WaveResult(lane.id, WaveOutcome.COMPLETED, claimed)
+        return WaveResult(lane.id, WaveOutcome.COMPLETED, claimed, wave.progressed)
+
+    def _claim_refused(self, lane: Lane, exc: ThreadlineError) -> WaveResult:
+        """Storage refused the claim, so nothing was charged: charge it once more without
+        running the handler, which moves the lane to its backoff (and toward parking)."""
+        self._log(
+            f"threadline: maintenance lane {lane.id!r} could not be claimed "
+            f"({type(exc).__name__}); backing off"
+        )
+        now = self._clock.now_ms()
+        try:
+            charged = self._storage.transaction(lambda: self._queue.claim(lane, now))
+        except ThreadlineError as again:
+            # Storage refuses every write: the lane stays due as it was, for the next pass.
+            self._log(
+                f"threadline: maintenance lane {lane.id!r} could not be backed off "
+                f"({type(again).__name__})"
+            )
+            charged = None
+        return WaveResult(lane.id, WaveOutcome.FAILED, charged)
+
+    def _failed(self, claimed: Lane, wave: Wave, outcome: WaveOutcome) -> WaveResult:
+        # Progress in the wave reset its stalls: the retry backs off from a fresh budget.
+        stalls = 0 if wave.progressed else claimed.stalls
+        due = self._clock.now_ms() + backoff_ms(stalls, self._config, self._rng)
+        self._finish(claimed, due)
+        return WaveResult(claimed.id, outcome, claimed, wave.progressed)
 
     def _complete(self, claimed: Lane, next_due: int | None) -> None:
         # A mutation that enrolled this lane is still in flight: its facts are not committed
@@ -167,11 +306,87 @@ class LaneRunner:
         with self._gate.snapshot():
             if claimed.id in self._gate.active_lanes():
                 return
-            self._storage.transaction(lambda: self._queue.complete(claimed, next_due))
+            self._finish(claimed, next_due)
 
-    def _back_off(self, claimed: Lane) -> None:
-        due = self._clock.now_ms() + backoff_ms(claimed.stalls, self._config, self._rng)
-        self._storage.transaction(lambda: self._queue.complete(claimed, due))
+    def _finish(self, claimed: Lane, next_due: int | None) -> None:
+        try:
+            self._storage.transaction(lambda: self._queue.complete(claimed, next_due))
+        except ThreadlineError as exc:
+            # The claim's crash-fallback deadline stands: the lane is retried after a backoff.
+            self._log(
+                f"threadline: maintenance lane {claimed.id!r} could not be completed "
+                f"({type(exc).__name__}); retried at its fallback deadline"
+            )
+
+    async def _bounded(self, work: Awaitable[int | None], deadline: int) -> int | None:
+        """Await ``work`` until ``deadline`` on the clock; past it, cancel it and raise
+        :class:`_TimedOut` (:class:`_Abandoned` when it ignored the cancellation for the
+        grace)."""
+        task = asyncio.ensure_future(work)
+        timer = asyncio.ensure_future(self._clock.sleep_until(deadline))
+        try:
+            await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            # Cancelled from outside (the pass failed): nothing waits for the handler now.
+            task.cancel()
+            self._abandon(task)
+            raise
+        finally:
+            timer.cancel()
+        if not task.done():
+            if not await self._stop(task):
+                raise _Abandoned
+            unwound = None if task.cancelled() else task.exception()
+            if isinstance(unwound, _PROPAGATES):
+                raise unwound
+            raise _TimedOut
+        if task.cancelled():
+            # Nothing cancelled the wave (that would have raised from the wait above): the
+            # handler's own code let a CancelledError out. That is its failure, charged like any
+            # other; propagating it would cancel the whole pass.
+            raise RuntimeError("the lane handler raised CancelledError without being cancelled")
+        failure = task.exception()
+        if failure is not None and not isinstance(failure, (Exception, *_PROPAGATES)):
+            # A foreign BaseException (GeneratorExit, a custom subclass) is the handler's failure
+            # too: only a loss of the object or a stop of the host may end the pass.
+            raise RuntimeError(f"the lane handler raised {type(failure).__name__}") from failure
+        return task.result()
+
+    async def _stop(self, task: asyncio.Future[int | None]) -> bool:
+        """Cancel the handler and wait up to ``cancel_grace_ms`` for it to end; False when it
+        ignored the cancellation and was abandoned (a cancellation of this wait abandons it
+        all the same before propagating)."""
+        task.cancel()
+        grace = asyncio.ensure_future(
+            self._clock.sleep_until(self._clock.now_ms() + self._config.cancel_grace_ms))
+        try:
+            await asyncio.wait((task, grace), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            grace.cancel()
+            self._abandon(task)
+        return task.done()
+
+    def _abandon(self, task: asyncio.Future[int | None]) -> None:
+        """Keep a handler still running referenced until it ends, its outcome discarded."""
+        if not task.done():
+            self._abandoned.add(task)
+            task.add_done_callback(self._forget)
+
+    def _forget(self, task: asyncio.Future[int | None]) -> None:
+        self._abandoned.discard(task)
+        if not task.cancelled():
+            task.exception()
+
+
+@contextmanager
+def _running(wave: Wave) -> Iterator[None]:
+    """Make ``wave`` the current wave of the handler started inside; end it on the way out."""
+    token = _current_wave.set(wave)
+    try:
+        yield
+    finally:
+        wave.end()
+        _current_wave.reset(token)
 
 
 #: What a lane handler may let out of its wave: the (simulated) loss of the object, and the
@@ -179,40 +394,13 @@ class LaneRunner:
 _PROPAGATES = (Evicted, KeyboardInterrupt, SystemExit)
 
 
-async def _bounded(work: Awaitable[int | None], clock: Clock, deadline: int) -> int | None:
-    """Await ``work`` until ``deadline`` on ``clock``; past it, cancel it and raise TimeoutError."""
-    task = asyncio.ensure_future(work)
-    timer = asyncio.ensure_future(clock.sleep_until(deadline))
-    try:
-        await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:
-        task.cancel()
-        raise
-    finally:
-        timer.cancel()
-    if not task.done():
-        task.cancel()
-        with suppress(asyncio.CancelledError):
-            await task
-        raise TimeoutError
-    if task.cancelled():
-        # Nothing cancelled the wave (that would have raised from the wait above): the
-        # handler's own code let a CancelledError out. That is its failure, charged like any
-        # other; propagating it would cancel the whole pass.
-        raise RuntimeError("the lane handler raised CancelledError without being cancelled")
-    failure = task.exception()
-    if failure is not None and not isinstance(failure, (Exception, *_PROPAGATES)):
-        # A foreign BaseException (GeneratorExit, a custom subclass) is the handler's failure
-        # too: only a loss of the object or a stop of the host may end the pass.
-        raise RuntimeError(f"the lane handler raised {type(failure).__name__}") from failure
-    return task.result()
-
-
 __all__ = [
     "MAX_DISPATCH_TIMEOUT_MS",
     "LaneHandler",
     "LaneRunner",
     "LaneSpec",
+    "Wave",
     "WaveOutcome",
     "WaveResult",
+    "current_wave",
 ]

@@ -12,7 +12,8 @@ Each row carries two fences:
 * ``stalls`` counts claims without progress. Each claim pushes ``due_at`` to a crash-fallback
   deadline (``not_before``, the retry floor); after ``park_after_stalls`` claims the lane is
   parked, retried at the hourly ceiling and reported once. Only real progress (a strictly newer
-  source cursor, or an explicit progress enrollment) or an idle completion replenishes it.
+  source cursor, an explicit progress enrollment, or work a running wave moved forward) or an
+  idle completion replenishes it.
 
 Every method runs inside the caller's storage transaction, or as one statement of its own.
 """
@@ -106,6 +107,15 @@ UPDATE tl_lanes SET
     due_at = CASE WHEN state = 'parked' THEN max(?, not_before) ELSE ? END,
     not_before = CASE WHEN state = 'parked' THEN max(?, not_before) ELSE ? END
 WHERE id = ? AND revision = ? AND due_at IS NOT NULL
+"""
+# The running wave moved work forward: the stall budget refills, a parking ends with its report,
+# and the crash fallback comes no later than the given one. Nothing is written when the lane
+# already is so (the later progress of the same wave).
+_REPLENISH = """
+UPDATE tl_lanes SET stalls = 0, state = 'due', reported = 0,
+    due_at = min(due_at, ?), not_before = min(not_before, ?)
+WHERE id = ? AND due_at IS NOT NULL
+    AND (stalls <> 0 OR state <> 'due' OR reported <> 0 OR due_at > ? OR not_before > ?)
 """
 _MARK_REPORTED = """
 UPDATE tl_lanes SET reported = 1 WHERE id = ? AND state = 'parked' AND reported = 0
@@ -299,6 +309,23 @@ class DueQueue:
             _COMPLETE_DUE, due, due, due, due, lane.id, lane.revision
         ).changed
         return written == 1
+
+    def replenish(self, lane_id: str, fallback: int) -> bool:
+        """The running wave of ``lane_id`` moved its work forward; True when that changed the row.
+
+        Called inside the transaction that commits the progress (an event acknowledged, a batch
+        delivered): the claims without progress so far no longer count, so ``stalls`` returns to
+        0 and a parked lane is due again, its parking no longer to report. The claim's crash
+        fallback is brought forward to ``fallback`` at the latest (a parked lane's was an hour
+        away). Unlike a producer's progress it keeps the ``revision``: the wave's own work is not
+        new work racing it, so the wave still completes the lane. An idle lane (no wave holds
+        it) is left alone, and repeating it writes nothing.
+        """
+        fallback = int(fallback)
+        changed = self._storage.exec(
+            _REPLENISH, fallback, fallback, lane_id, fallback, fallback
+        ).changed
+        return changed == 1
 
     def checkpoint_native(self, due_at: int | None) -> None:
         """Set the native lane's deadline as decided by a pass (None: nothing native is due).

@@ -166,6 +166,32 @@ def test_parks_after_n_stalls_retries_hourly_and_reports_once(
     assert (lane.state, lane.stalls, lane.reported) == (LaneState.DUE, 0, False)
 
 
+def test_a_waves_progress_replenishes_the_lane_it_holds_and_keeps_its_revision(
+    queue: DueQueue, clock: ManualClock, config: RuntimeConfig
+) -> None:
+    now = clock.now_ms()
+    queue.enroll(HOST, now)
+    for _ in range(config.park_after_stalls):  # claims without progress: parked
+        charged = queue.claim(_lane(queue), now)
+    assert charged is not None and charged.state is LaneState.PARKED
+    assert charged.due_at == now + PARKED_RETRY_MS
+    # The wave holding it progresses: stalls, parking and its report reset, the crash
+    # fallback comes forward; the revision stays, so the wave still completes the lane.
+    assert queue.replenish(HOST, now + 1_000)
+    lane = _lane(queue)
+    assert (lane.state, lane.stalls, lane.reported, lane.due_at, lane.not_before) == (
+        LaneState.DUE, 0, False, now + 1_000, now + 1_000)
+    assert lane.revision == charged.revision
+    assert queue.take_parked_reports() == []
+    # Later progress of the same wave writes nothing.
+    assert not queue.replenish(HOST, now + 2_000)
+    assert _lane(queue) == lane
+    assert queue.complete(charged, None)
+    # No wave holds an idle lane: nothing to replenish.
+    assert not queue.replenish(HOST, now)
+    assert _lane(queue).due_at is None
+
+
 def test_progress_resets_budget_but_a_replayed_cursor_does_not_accelerate(
     queue: DueQueue, clock: ManualClock
 ) -> None:
