@@ -639,6 +639,7 @@ class Maintenance:
             self._log(f"threadline: could not record the recovery status of thread "
                       f"{thread_id!r} ({type(exc).__name__}); retried with the pass's backoff")
             return False
+        tally.unrecorded.discard(thread_id)
         if self._scan is not None:
             self._scan.fault(thread_id, None if fault is None else fault.retry_at)
         await self._fp.reached(RECOVERY_STATUS_AFTER)

@@ -92,3 +92,26 @@ def test_a_repeated_dispatch_failure_that_changes_is_reported_as_changed() -> No
     changed = events[1].fault
     assert changed is not None and changed.attempts == 3
     assert CLAIM_SQL_AGAIN not in changed.failure
+
+
+def test_a_fault_whose_clear_is_lost_with_the_object_is_cleared_once_later() -> None:
+    async def body() -> None:
+        events: list[RecoveryEvent] = []
+        clock = ManualClock()
+        async with SimulatedObject(_app(events), clock=clock, check_alarm_invariant=True) as obj:
+            obj.fail_statements(CLAIM_SQL, times=2)
+            # Two refused claims record the fault twice; the third arrival is the clear that
+            # follows the dispatch that went through: the object is lost right before it.
+            crash = obj.crash_at("maintenance:recovery-status:before", occurrence=3)
+            submission = obj.admit("t", "echo", {})
+            await obj.run_alarms()
+
+            assert crash.fired and obj.evictions == 1
+            assert obj.submission(submission.id).outcome is Outcome.COMPLETED
+            assert obj.space.faults.all() == []
+            assert [event.kind for event in events] == ["created", "cleared"]
+            cleared = events[-1].fault
+            assert cleared is not None and cleared.attempts == 2
+            assert obj.alarm_at is None
+
+    asyncio.run(body())
