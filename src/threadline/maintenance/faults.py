@@ -1,15 +1,20 @@
 """Recovery faults and the recovery-event log.
 
-A Thread whose recovery fails (its records cannot be read or decoded) gets one durable fault
-row instead of an error that would fail the whole pass: the pass skips that Thread until the
-fault's ``retry_at`` and goes on with the others. The fault names its *recipients*, the
-submissions it was reported to; they stay recipients until the fault clears, even if they
-settle meanwhile, so each of them also hears that it cleared.
+A Thread whose recovery fails (its records cannot be read or decoded), or whose head storage
+refuses to dispatch, gets one durable fault row instead of an error that would fail the whole
+pass: the pass skips that Thread until the fault's ``retry_at`` and goes on with the others.
+The fault names its *recipients*, the submissions it was reported to; they stay recipients
+until the fault clears, even if they settle meanwhile, so each of them also hears that it
+cleared. A recovery that succeeds does not end the fault by itself: the pass clears it once
+the head it held back is dispatched, or once the Thread has nothing to dispatch (no open work
+left, all of it aborted by an operator, say). A failure in between is the same fault's next
+attempt, so a failure that keeps repeating backs off to the cap instead of flapping between
+``cleared`` and a new fault retried at 5 s.
 
 Every transition appends events to one log with a monotonic sequence (the generation
 record's ``recovery_event_seq``): ``created`` for each newly affected submission, ``changed``
-for each recipient when the failure itself changes, ``cleared`` for each recipient when a
-recovery succeeds, and ``parked`` for a binding wait (:mod:`threadline.maintenance.bindings`).
+for each recipient when the failure itself changes, ``cleared`` for each recipient when the
+fault clears, and ``parked`` for a binding wait (:mod:`threadline.maintenance.bindings`).
 The ``threadline:recovery-events`` lane delivers them in order, at least once, to the host's
 ``@app.on_recovery_event`` hook and acknowledges them one by one
 (``recovery_event_ack``).

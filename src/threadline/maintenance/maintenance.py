@@ -45,13 +45,14 @@ import random
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from threadline.clock import Clock
 from threadline.config import RuntimeConfig
 from threadline.errors import BindingUnavailable, ThreadlineError
 from threadline.maintenance.bindings import BindingWaits
-from threadline.maintenance.faults import RecoveryFaults
+from threadline.maintenance.faults import Fault, RecoveryFaults
 from threadline.maintenance.lanes import LaneRunner, WaveResult
 from threadline.maintenance.report import PassPhase, PassReport, PassReports, failure_fields
 from threadline.maintenance.view import Need, ThreadView, classify
@@ -133,6 +134,8 @@ class _Tally:
     cut_short: bool = False
     parked_lanes: bool = False
     waves: set[str] = field(default_factory=set)
+    #: Threads whose fault transition storage refused in this pass (tried once per pass).
+    unrecorded: set[str] = field(default_factory=set)
 
 
 class _Scan:
@@ -156,6 +159,8 @@ class _Scan:
         self._full = True
         self._first = True
         self._faults: dict[str, int] = {}
+        #: Faulted Threads whose recovery succeeded in this pass (see :meth:`lift`).
+        self._lifted: set[str] = set()
         self._parked: set[str] = set()
         #: When the last full scan read the due timers (see :meth:`scanned_at`).
         self._scanned_at: int | None = None
@@ -188,7 +193,31 @@ class _Scan:
             self._faults.pop(thread_id, None)
         else:
             self._faults[thread_id] = retry_at
+        self._lifted.discard(thread_id)
         self._stale.add(thread_id)
+
+    def lift(self, thread_id: str) -> None:
+        """The recovery of faulted ``thread_id`` succeeded: the pass treats it as not faulted
+        while its fault stays recorded, until its head is dispatched (see
+        :meth:`Maintenance._observe`)."""
+        self._faults.pop(thread_id, None)
+        self._lifted.add(thread_id)
+        self._stale.add(thread_id)
+
+    def lifted(self, thread_id: str) -> bool:
+        """Whether ``thread_id`` is lifted and its fault not recorded or cleared since."""
+        return thread_id in self._lifted
+
+    def idle_faults(self) -> list[str]:
+        """Faulted Threads with nothing to dispatch, as of the last :meth:`current`: no open
+        work left (all of it settled, aborted by an operator, say), or lifted with a head
+        that is not runnable now."""
+        idle = {thread_id for thread_id in self._faults if thread_id not in self._views}
+        for thread_id in self._lifted:
+            view = self._views.get(thread_id)
+            if view is None or view.need in (Need.TIMED, Need.STABLE):
+                idle.add(thread_id)
+        return sorted(idle)
 
     def parked(self, thread_id: str, submission_id: str) -> None:
         """The pass parked ``submission_id`` on a binding wait."""
@@ -207,6 +236,8 @@ class _Scan:
         generations = owner._gate.generations
         if self._full or generations != self._generations:
             items, self._faults = owner._open_work(now)
+            for thread_id in self._lifted:
+                self._faults.pop(thread_id, None)
             self._parked = set(owner._bindings.parked_submissions()) if items else set()
             self._waits_read = bool(items)
             self._scanned_at = now
@@ -448,6 +479,7 @@ class Maintenance:
                     break
                 views = scan.current(now, frozenset(tasks))
                 tally.nonterminal = _nonterminal(views)
+                await self._clear_idle_faults(scan, tally)
                 # Each Thread is recovered at most once per pass outside its own dispatch.
                 backlog = [view for view in views if view.need is Need.RECOVER
                            and view.thread_id not in recovered and view.thread_id not in tasks]
@@ -508,10 +540,18 @@ class Maintenance:
                 return
 
     def _note_recipients(self, views: list[ThreadView]) -> None:
-        """Input admitted to a Thread under a fault hears of the fault too (once)."""
+        """Input admitted to a Thread under a fault hears of the fault too (once).
+
+        Should storage refuse it for one Thread, that Thread's new input hears of it at the
+        first scan of a later pass (the fault's retry brings one), and the others go on.
+        """
         for view in views:
             if view.need is Need.FAULTED:
-                self._faults.note_recipients(view.thread_id, view.submission_ids)
+                try:
+                    self._faults.note_recipients(view.thread_id, view.submission_ids)
+                except ThreadlineError as exc:
+                    self._log(f"threadline: could not note the recipients of the recovery "
+                              f"fault of thread {view.thread_id!r} ({type(exc).__name__})")
 
     async def _recover_backlog(
         self, backlog: list[ThreadView], observed: _Observed, tally: _Tally, deadline: int
@@ -545,17 +585,63 @@ class Maintenance:
         tally.recovered += len(sweep.reports) + len(sweep.blocked)
         tally.repaired = tally.repaired or any(
             report.disposition is not Disposition.UNKNOWN for report in sweep.reports)
-        return await self._observe(view, sweep)
+        return await self._observe(view, sweep, tally)
 
-    async def _observe(self, view: ThreadView, sweep: RecoverySweepResult) -> bool:
+    async def _observe(self, view: ThreadView, sweep: RecoverySweepResult, tally: _Tally) -> bool:
+        """Commit what one recovery means for the Thread's fault; True when not blocked.
+
+        A faulted Thread whose recovery succeeded is *lifted*, not cleared: the fault is what
+        backs off a dispatch that keeps failing (a claim refused again and again), so it stays
+        recorded until the head is dispatched, and a failure meanwhile counts as its next
+        attempt (a longer retry, at most a ``changed`` event) instead of a new fault at
+        attempt 1 after a ``cleared``. A Thread left with nothing to dispatch has its fault
+        cleared by :meth:`_clear_idle_faults`.
+        """
         faulted = view.faulted and not sweep.blocked
         if not sweep.blocked and not faulted:
             return True
+        if not sweep.blocked and self._scan is not None:
+            self._scan.lift(view.thread_id)
+            return True
+        return await self._fault_status(
+            view.thread_id, tally,
+            lambda: self._faults.observe(view.thread_id, sweep,
+                                         recipients=view.submission_ids, faulted=faulted))
+
+    async def _clear_idle_faults(self, scan: _Scan, tally: _Tally) -> None:
+        """Clear the faults of Threads with nothing left to dispatch, so their recipients
+        hear ``cleared`` and ``/maintenance`` stops listing them."""
+        for thread_id in scan.idle_faults():
+            if thread_id not in tally.unrecorded:
+                await self._fault_status(thread_id, tally, partial(self._clear_fault, thread_id))
+
+    def _clear_fault(self, thread_id: str) -> None:
+        self._faults.clear(thread_id)
+
+    async def _fault_status(
+        self, thread_id: str, tally: _Tally, write: Callable[[], Fault | None]
+    ) -> bool:
+        """Commit one Thread's fault transition (``write`` returns the fault left, if any);
+        True when it committed and left no fault.
+
+        Storage refusing it fails this Thread's item only: failing the pass would cancel
+        every other Thread's running Attempt. Nothing of the transition was written, so
+        what is owed stays as it was: the Thread's head still runnable, or its fault due,
+        or one with no open work left. The checkpoint counts the Thread as owed now, so its
+        generation is retried: at once after a pass that moved something, else with the
+        native retry's backoff.
+        """
         await self._fp.reached(RECOVERY_STATUS_BEFORE)
-        fault = self._faults.observe(view.thread_id, sweep, recipients=view.submission_ids,
-                                     faulted=faulted)
+        try:
+            fault = write()
+        except ThreadlineError as exc:
+            tally.unrecorded.add(thread_id)
+            self._log(f"threadline: could not record the recovery status of thread "
+                      f"{thread_id!r} ({type(exc).__name__}); retried with the pass's backoff")
+            return False
+        tally.unrecorded.discard(thread_id)
         if self._scan is not None:
-            self._scan.fault(view.thread_id, None if fault is None else fault.retry_at)
+            self._scan.fault(thread_id, None if fault is None else fault.retry_at)
         await self._fp.reached(RECOVERY_STATUS_AFTER)
         return fault is None
 
@@ -599,22 +685,26 @@ class Maintenance:
                         self._scan.parked(view.thread_id, head.submission_id)
                     await self._fp.reached(BINDING_AFTER)
             except (ThreadlineError, ValueError, KeyError) as exc:
-                await self._blocked(view, exc)
+                await self._blocked(view, exc, tally)
             return False
         except (ThreadlineError, ValueError, KeyError) as exc:
-            await self._blocked(view, exc)
+            await self._blocked(view, exc, tally)
             return False
+        if self._scan is not None and self._scan.lifted(view.thread_id):
+            # The dispatch that a lifted fault was holding back went through.
+            await self._fault_status(view.thread_id, tally,
+                                     partial(self._clear_fault, view.thread_id))
         if settlement is None:
             return False
         tally.settled += 1
         return True
 
-    async def _blocked(self, view: ThreadView, exc: Exception) -> None:
+    async def _blocked(self, view: ThreadView, exc: Exception, tally: _Tally) -> None:
         """Storage failed (or a record could not be read) while dispatching one Thread, with
         no claim held: nothing of it moved. It becomes that Thread's fault, like a failed
         recovery; failing the pass would cancel the Attempts of every other Thread running."""
         blocked = RecoveryBlocked(view.thread_id, str(exc), type(exc).__name__)
-        await self._observe(view, RecoverySweepResult(blocked=(blocked,)))
+        await self._observe(view, RecoverySweepResult(blocked=(blocked,)), tally)
 
     # -- checkpoint and failure ----------------------------------------------------------------
 
@@ -633,7 +723,9 @@ class Maintenance:
         views = scan.current(now, frozenset())
         nonterminal = _nonterminal(views)
         tally.nonterminal = nonterminal
-        owed_now = any(view.need in (Need.RUNNABLE, Need.RECOVER) for view in views)
+        # A Thread whose fault transition storage refused is owed too, even with no view.
+        owed_now = bool(tally.unrecorded) or any(
+            view.need in (Need.RUNNABLE, Need.RECOVER) for view in views)
         timed = [view.due_at for view in views
                  if view.need in (Need.TIMED, Need.FAULTED) and view.due_at is not None]
         # Suspensions whose timers were not due at the last full scan were not visited: their
