@@ -244,10 +244,10 @@ class Recovery:
     def _lost(self, item: WorkItem) -> RecoveryReport:
         """End a claim lost without failing (see :mod:`threadline.threads.losses`).
 
-        The loss is counted whatever follows: an accepted abort
-        still settles it aborted and an uncertain step in flight still makes it an Unknown
-        Outcome; otherwise it is ready again at once, unless this loss is one too many in a
-        row at its journal position (a crash loop): then it settles ``failed``.
+        The loss is counted whatever follows: an accepted abort still settles it aborted and
+        an uncertain step in flight still makes it an Unknown Outcome; otherwise it is ready
+        again at once, unless this loss is one too many in a row at its journal position (a
+        crash loop): then it settles ``failed``.
         """
         loss = losses.assess(self.storage, item, self._cause(item),
                              bound=self.config.max_consecutive_losses)
