@@ -51,7 +51,26 @@ class RuntimeConfig(BaseModel):
     projection_dispatch_timeout_ms: int = Field(
         30_000, ge=1, le=300_000, description="Bound of one projection backfill wave."
     )
-    max_attempts: int = Field(5, ge=1, le=100, description="Attempts before a submission fails.")
+    max_attempts: int = Field(
+        5,
+        ge=1,
+        le=100,
+        description=(
+            "Failed Attempts before a submission settles failed. An Attempt lost without"
+            " failing (the object was reset under it) is not counted here."
+        ),
+    )
+    max_consecutive_losses: int = Field(
+        20,
+        ge=1,
+        le=1_000,
+        description=(
+            "Attempts lost in a row at one journal position (no step finishing between them:"
+            " the object was reset under each) before the submission settles failed as a"
+            " crash loop. Losses never spend max_attempts; this bound ends a step that brings"
+            " the object down every time."
+        ),
+    )
     max_body_bytes: int = Field(
         1_048_576, ge=1_024, le=33_554_432, description="Largest accepted request body."
     )

@@ -188,8 +188,9 @@ class RetryableAgentError(AgentError):
 class AttemptTimeout(RetryableAgentError):
     """The Attempt ran longer than ``RuntimeConfig.attempt_timeout_ms``; its agent was cancelled.
 
-    It is handled like a lost Attempt: retried later unless an uncertain step was in flight,
-    which makes the submission an Unknown Outcome.
+    It fails the Attempt like any retryable error, spending ``max_attempts`` (unlike an
+    Attempt lost to a reset of the object), unless an uncertain step was in flight, which makes
+    the submission an Unknown Outcome.
     """
 
 

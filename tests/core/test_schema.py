@@ -261,7 +261,8 @@ def test_lean_submissions_rebuild_keeps_every_row_and_its_foreign_keys() -> None
     storage.exec("INSERT INTO tl_abort_intents (submission_id, state, requested_at)"
                  " VALUES ('s3', 'accepted', 6)")
     before = storage.exec("SELECT * FROM tl_submissions ORDER BY id").rows
-    assert migrate(storage) == SCHEMA_VERSION - rebuild
+    # Through the rebuild only: later migrations may add columns of their own.
+    assert migrate(storage, target=rebuild + 1) == 1
     after = storage.exec("SELECT * FROM tl_submissions ORDER BY id").rows
     assert [{k: v for k, v in row.items() if k != "dormant"} for row in after] == before
     assert {row["state"]: row["dormant"] for row in after} == {

@@ -16,6 +16,7 @@ def test_defaults_match_the_design() -> None:
     assert config.event_deadline_ms == 840_000
     assert config.projection_dispatch_timeout_ms == 30_000
     assert config.max_attempts == 5
+    assert config.max_consecutive_losses == 20
     assert config.max_body_bytes == 1_048_576
     assert config.min_alarm_delay_ms == 500
 
@@ -30,6 +31,8 @@ def test_defaults_match_the_design() -> None:
         ("event_deadline_ms", 900_000),
         ("projection_dispatch_timeout_ms", 300_001),
         ("max_attempts", 0),
+        ("max_consecutive_losses", 0),
+        ("max_consecutive_losses", 1_001),
         ("max_body_bytes", 10),
         ("lease_ms", "soon"),
     ],

@@ -26,7 +26,7 @@ def limits_table() -> dict[str, str]:
 def expected() -> dict[str, str]:
     defaults = RuntimeConfig()
     fields = ("max_value_bytes", "max_body_bytes", "max_json_depth", "attempt_timeout_ms",
-              "cancel_grace_ms", "max_attempts", "lease_ms")
+              "cancel_grace_ms", "max_attempts", "max_consecutive_losses", "lease_ms")
     documented = {name: str(getattr(defaults, name)) for name in fields}
     documented.update({
         "MAX_SLEEP_SECONDS": str(MAX_SLEEP_SECONDS),

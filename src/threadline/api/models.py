@@ -123,8 +123,18 @@ class SubmissionView(_Response):
     outcome: Literal["completed", "failed", "aborted"] | None
     input: Json
     result: Json
-    error: Json
-    attempts: int
+    error: Json = Field(
+        description=(
+            "The latest failure, or why the latest Attempt was lost (`AttemptLost`, with its"
+            " `cause`), or what a settled submission failed or was aborted with."
+        )
+    )
+    attempts: int = Field(
+        description=(
+            "Attempts started (a wait or a yield gives its one back). Those lost without"
+            " failing (`losses.total` in the detail) are not charged against `max_attempts`."
+        )
+    )
     not_before: int | None = Field(description="Epoch ms before which no Attempt starts.")
     lease_expires_at: int | None
     created_at: int
@@ -176,12 +186,35 @@ class AbortView(_Response):
     applied_at: int | None
 
 
+class LossesView(_Response):
+    """Attempts of the submission lost without failing; none of them spent ``max_attempts``."""
+
+    total: int = Field(description="Attempts lost so far.")
+    in_a_row: int = Field(
+        description=(
+            "Losses in a row at journal position `position`, with no step finished between"
+            " them; at `max_consecutive_losses` the submission settles failed (`CrashLoop`)."
+        )
+    )
+    position: int | None = Field(
+        description="Journal position of those losses: its latest finished step's (0: none yet)."
+    )
+    last_cause: Literal["reset", "interrupted", "lease-expired"] | None = Field(
+        description=(
+            "Why the latest was lost: `reset`, the object was reset under it (a deploy, an"
+            " eviction, a crash); `interrupted`, the alarm event ended while it ran;"
+            " `lease-expired`, a claim naming no incarnation outlived its lease."
+        )
+    )
+
+
 class SubmissionDetail(SubmissionView):
-    """A submission with its waits, journal summary and abort intent."""
+    """A submission with its waits, journal summary, abort intent and lost Attempts."""
 
     waits: list[WaitView]
     journal: JournalSummary
     abort: AbortView | None
+    losses: LossesView
 
 
 class OpenSubmission(_Response):

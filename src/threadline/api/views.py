@@ -6,6 +6,7 @@ from threadline.api.models import (
     AbortView,
     JournalStepView,
     JournalSummary,
+    LossesView,
     OpenSubmission,
     SubmissionDetail,
     SubmissionView,
@@ -46,7 +47,8 @@ def _submission_fields(submission: Submission) -> dict[str, object]:
 
 
 def submission_detail(storage: Storage, ledger: Ledger, submission: Submission) -> SubmissionDetail:
-    """A submission with its waits, journal summary and abort intent (three indexed reads)."""
+    """A submission with its waits, journal summary, abort intent and lost Attempts (three
+    indexed reads besides the submission's row)."""
     steps = views.journal_of(storage, submission.id)
     intent = ledger.read_abort_intent(submission.id)
     return SubmissionDetail.model_validate(
@@ -84,6 +86,11 @@ def submission_detail(storage: Storage, ledger: Ledger, submission: Submission) 
                     "state": intent.state.value, "reason": intent.reason,
                     "requested_at": intent.requested_at, "applied_at": intent.applied_at,
                 }
+            ),
+            "losses": LossesView(
+                total=submission.losses, in_a_row=submission.loss_streak,
+                position=submission.loss_position,
+                last_cause=None if submission.loss_cause is None else submission.loss_cause.value,
             ),
         }
     )

@@ -382,10 +382,29 @@ _LEAN_OUTBOX = (
     "DROP TABLE tl_outbox_old",
 )
 
+# Attempts lost without failing (the object was reset, or the alarm event ended around them)
+# are counted apart from the failures ``attempts`` charges against ``max_attempts``:
+# ``losses`` in all, ``loss_streak`` in a row at the journal position ``loss_position`` (a
+# step finishing starts a new streak), and the cause of the latest. Only recovery of a lost
+# claim writes them, in the UPDATE that ends the claim anyway; no index names them, so that
+# write costs no index entry. Added in place: SQLite appends a column to a WITHOUT ROWID
+# table without copying it.
+_LOSSES = (
+    """ALTER TABLE tl_submissions ADD COLUMN
+        losses INTEGER NOT NULL DEFAULT 0 CHECK (losses >= 0)""",
+    """ALTER TABLE tl_submissions ADD COLUMN
+        loss_streak INTEGER NOT NULL DEFAULT 0 CHECK (loss_streak >= 0)""",
+    """ALTER TABLE tl_submissions ADD COLUMN
+        loss_position INTEGER CHECK (loss_position IS NULL OR loss_position >= 0)""",
+    """ALTER TABLE tl_submissions ADD COLUMN
+        loss_cause TEXT CHECK (loss_cause IS NULL
+            OR loss_cause IN ('reset', 'interrupted', 'lease-expired'))""",
+)
+
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
 MIGRATIONS: list[tuple[str, ...]] = [
     _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS, _LEAN_SUBMISSIONS,
-    _LEAN_OUTBOX,
+    _LEAN_OUTBOX, _LOSSES,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

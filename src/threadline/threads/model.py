@@ -111,6 +111,18 @@ class Resolution(StrEnum):
     ABORT = "abort"
 
 
+class LossCause(StrEnum):
+    """Why an Attempt was lost: it ended without its end being recorded, and not by failing."""
+
+    #: The object was reset (a deploy, an eviction, a crash): another incarnation made the claim.
+    RESET = "reset"
+    #: This incarnation stopped it unrecorded: cancelled at the alarm event's deadline, or
+    #: with a pass that failed around it.
+    INTERRUPTED = "interrupted"
+    #: A claim that names no incarnation, found after its lease expired.
+    LEASE_EXPIRED = "lease-expired"
+
+
 #: States that a claim may start an Attempt from.
 CLAIMABLE = (SubmissionState.QUEUED, SubmissionState.READY)
 
@@ -153,6 +165,13 @@ class Submission:
     created_at: int
     updated_at: int
     settled_at: int | None
+    #: Attempts lost without failing (see :class:`LossCause`); they spend no ``max_attempts``.
+    losses: int = 0
+    #: Losses in a row at journal position ``loss_position``, with no step finished between.
+    loss_streak: int = 0
+    loss_position: int | None = None
+    #: The cause of the latest loss.
+    loss_cause: LossCause | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Submission:
@@ -175,6 +194,10 @@ class Submission:
             created_at=int(row["created_at"]),
             updated_at=int(row["updated_at"]),
             settled_at=row["settled_at"],
+            losses=int(row["losses"]),
+            loss_streak=int(row["loss_streak"]),
+            loss_position=row["loss_position"],
+            loss_cause=None if row["loss_cause"] is None else LossCause(row["loss_cause"]),
         )
 
 
@@ -356,6 +379,7 @@ __all__ = [
     "Admission",
     "ApprovalDecision",
     "JsonValue",
+    "LossCause",
     "Outcome",
     "Resolution",
     "Settlement",

@@ -2,25 +2,27 @@
 
 ``run(thread)`` looks at the Thread's open submissions and decides, per submission:
 
-* a running submission whose claim was lost: one stamped by another incarnation, or by this
-  one for a Thread it is not running any more (its task ended without settling), is lost at
-  once; an unstamped claim is lost when its lease expired. A Thread whose Attempt this
-  incarnation is running is never touched.
+* a running submission whose claim was lost: one stamped by another incarnation (the object
+  was reset), or by this one for a Thread it is not running any more (its task ended without
+  settling), is lost at once; an unstamped claim is lost when its lease expired. A Thread
+  whose Attempt this incarnation is running is never touched. A loss is not a failure: it is
+  counted apart and spends no ``max_attempts`` (:mod:`threadline.threads.losses`).
   - with an accepted abort intent: settle it ``aborted``;
   - with an ``uncertain`` step started and never finished: make it an Unknown Outcome (the
     step may have acted; only an operator may say whether to retry it);
-  - otherwise (an idempotent step or nothing in flight): ready it again, or settle it
-    ``failed`` when the lost Attempt was its last allowed one;
+  - otherwise (an idempotent step or nothing in flight): ready it again at once, recording
+    an ``AttemptLost`` error with its cause; or, when it is lost ``max_consecutive_losses``
+    times in a row at one journal position, settle it ``failed`` as a ``CrashLoop``;
 * a ``terminalizing`` submission: settle it ``aborted``;
 * a suspended submission whose timers are all due: apply them and ready it.
 
 An Attempt that ended but whose end storage refused (twice) leaves its claim running; the
 runtime hands its cause to :meth:`Recovery.hold`. Recovery then ends that claim on its next
-sweep, without waiting for the lease, and records that cause instead of ``LeaseExpired`` (a
-non-retryable cause settles it ``failed`` at once). A held end is applied even to an unstamped
-claim whose lease has not expired. What is held lives in memory only: after an eviction the
-next incarnation finds the claim stamped by another incarnation, treats it as lost at once and
-records ``LeaseExpired``.
+sweep, without waiting for the lease, and records that cause instead of a loss: the Attempt
+did end, so it spends ``max_attempts`` like any failure (a non-retryable cause settles it
+``failed`` at once). A held end is applied even to an unstamped claim whose lease has not
+expired. What is held lives in memory only: after an eviction the next incarnation finds the
+claim stamped by another incarnation and recovers it at once as lost to a reset.
 
 Each decision is one gate transaction, and a compare-and-set on the submission's revision, so a
 recovery that runs twice (or races an Attempt) changes each submission at most once. A storage
@@ -30,7 +32,7 @@ pass records it as a recovery fault and carries on with other Threads.
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Callable, Set
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -39,10 +41,11 @@ from threadline.config import RuntimeConfig
 from threadline.errors import ThreadlineError
 from threadline.ids import IdSource
 from threadline.storage.port import Storage
-from threadline.threads import journal, transitions, waits
+from threadline.threads import journal, losses, transitions, waits
 from threadline.threads.ledger import Ledger
 from threadline.threads.model import (
     JsonValue,
+    LossCause,
     Outcome,
     SubmissionState,
     WaitKind,
@@ -211,23 +214,25 @@ class Recovery:
 
     def _expired(self, item: WorkItem, held: UnwrittenEnd | None) -> RecoveryReport:
         """End a lost claim, or one whose Attempt ended with ``held`` unrecorded."""
-        error = held.error if held is not None else _lease_error(item)
+        if held is None:
+            return self._lost(item)
         if transitions.abort_accepted(self.storage, item.submission_id):
             return self._settle(item, Outcome.ABORTED, RecoveryDecision.SETTLE_ABORTED)
         in_flight = journal.in_flight_uncertain(self.storage, item.submission_id)
         if in_flight is not None:
-            return self._unknown(item, in_flight.step_key, in_flight.attempt,
-                                 error=None if held is None else error)
-        if item.attempts >= self.config.max_attempts or (held is not None and held.final):
+            return self._unknown(item, in_flight.step_key, in_flight.attempt, error=held.error)
+        # The Attempt really ended, with this cause: it spends the budget like any failure.
+        spent = losses.charged(self.storage, item)
+        if spent >= self.config.max_attempts or held.final:
             return self._settle(item, Outcome.FAILED, RecoveryDecision.SETTLE_FAILED,
-                                error=error)
+                                error=held.error)
         now = self.clock.now_ms()
-        not_before = None if held is None else held.not_before
+        not_before = held.not_before
 
         def write() -> None:
             if not transitions.move(self.storage, item.submission_id, state=item.state,
                                     revision=item.revision, to=SubmissionState.READY, now=now,
-                                    not_before=not_before, error=error):
+                                    not_before=not_before, error=held.error):
                 raise _Stale
             if not_before is not None:
                 self.gate.schedule(NATIVE, not_before)
@@ -236,12 +241,67 @@ class Recovery:
         return RecoveryReport(item.submission_id, item.thread_id, RecoveryDecision.RE_READY,
                               Disposition.REPAIRED)
 
+    def _lost(self, item: WorkItem) -> RecoveryReport:
+        """End a claim lost without failing (see :mod:`threadline.threads.losses`).
+
+        The loss is counted whatever follows: an accepted abort still settles it aborted and
+        an uncertain step in flight still makes it an Unknown Outcome; otherwise it is ready
+        again at once, unless this loss is one too many in a row at its journal position (a
+        crash loop): then it settles ``failed``.
+        """
+        loss = losses.assess(self.storage, item, self._cause(item),
+                             bound=self.config.max_consecutive_losses)
+
+        def count() -> None:
+            if not transitions.count_loss(self.storage, item.submission_id,
+                                          revision=item.revision, streak=loss.streak,
+                                          position=loss.position, cause=loss.cause):
+                raise _Stale
+
+        if transitions.abort_accepted(self.storage, item.submission_id):
+            return self._settle(item, Outcome.ABORTED, RecoveryDecision.SETTLE_ABORTED,
+                                before=count)
+        in_flight = journal.in_flight_uncertain(self.storage, item.submission_id)
+        if in_flight is not None:
+            return self._unknown(item, in_flight.step_key, in_flight.attempt, before=count)
+        if loss.crash_loop:
+            return self._settle(item, Outcome.FAILED, RecoveryDecision.SETTLE_FAILED,
+                                error=loss.error(), before=count)
+        now = self.clock.now_ms()
+
+        def write() -> None:
+            if not transitions.lose(self.storage, item.submission_id, revision=item.revision,
+                                    now=now, error=loss.error(), streak=loss.streak,
+                                    position=loss.position, cause=loss.cause):
+                raise _Stale
+
+        commit_fact(self.gate, write)
+        return RecoveryReport(item.submission_id, item.thread_id, RecoveryDecision.RE_READY,
+                              Disposition.REPAIRED)
+
+    def _cause(self, item: WorkItem) -> LossCause:
+        """Why the claim of ``item`` was lost, from the incarnation that stamped it."""
+        owner = item.lease_owner
+        if self.incarnation is None or owner is None or "/" not in owner:
+            return LossCause.LEASE_EXPIRED
+        if owner.split("/", 1)[0] == self.incarnation:
+            return LossCause.INTERRUPTED
+        return LossCause.RESET
+
     def _unknown(
-        self, item: WorkItem, step_key: str, attempt: int, *, error: JsonValue = None
+        self,
+        item: WorkItem,
+        step_key: str,
+        attempt: int,
+        *,
+        error: JsonValue = None,
+        before: Callable[[], None] | None = None,
     ) -> RecoveryReport:
         now = self.clock.now_ms()
 
         def write() -> None:
+            if before is not None:
+                before()
             if not park_unknown(self.storage, self.ids.new_id("wait"), item.submission_id,
                                 state=item.state, revision=item.revision, step_key=step_key,
                                 attempt=attempt, now=now, error=error):
@@ -277,15 +337,17 @@ class Recovery:
         decision: RecoveryDecision,
         *,
         error: JsonValue = None,
+        before: Callable[[], None] | None = None,
     ) -> RecoveryReport:
+        """Settle ``item``; ``before`` runs first in the same transaction (a loss's count)."""
         now = self.clock.now_ms()
         if outcome is Outcome.ABORTED:
             error = (transitions.accepted_abort(self.storage, item.submission_id)
                      or transitions.aborted_error(None))
-        elif error is None:
-            error = _lease_error(item)
 
         def write() -> None:
+            if before is not None:
+                before()
             if not transitions.settle(self.storage, item.submission_id, thread_id=item.thread_id,
                                       state=item.state, revision=item.revision, outcome=outcome,
                                       now=now, error=error):
@@ -326,14 +388,6 @@ def unknown_wait_key(step_key: str, revision: int) -> str:
     """The key of the Unknown Outcome wait for ``step_key``, lost by the Attempt that held the
     submission at ``revision``. Revisions never repeat, so neither do these keys."""
     return f"{step_key}@{revision}"
-
-
-def _lease_error(item: WorkItem) -> dict[str, JsonValue]:
-    return {
-        "type": "LeaseExpired",
-        "message": "the Attempt was lost before it settled",
-        "attempt": item.attempts,
-    }
 
 
 __all__ = [

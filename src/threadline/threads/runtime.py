@@ -19,7 +19,8 @@ ways, each one compare-and-set on the claimed revision:
 * the pass's yield deadline passed at a step boundary: ready again, the attempt refunded.
 
 If the object is lost mid-Attempt none of that happens; recovery decides later from the claim,
-the journal and the abort intent (:mod:`threadline.threads.recovery`).
+the journal and the abort intent (:mod:`threadline.threads.recovery`). Such a lost Attempt is
+not the agent's failure: it spends no ``max_attempts`` (:mod:`threadline.threads.losses`).
 
 Each claim is stamped with this runtime's incarnation id (``<incarnation>/<lease id>`` in
 ``lease_owner``), and the runtime keeps the Threads whose Attempt it is running in memory. A
@@ -38,7 +39,7 @@ the cause is held in memory (:meth:`Recovery.hold`). The Thread is no longer act
 next recovery sweep of the Thread ends the claim at once, with that cause (``failed`` at once
 when the cause is final, else ready again after the backoff). The held cause lives as long as
 this incarnation: after an eviction the next incarnation finds the claim stamped by another
-one and reports the Attempt lost (``LeaseExpired``).
+one and reports the Attempt lost to a reset (``AttemptLost``).
 """
 
 from __future__ import annotations
@@ -365,7 +366,7 @@ class ThreadRuntime:
                 error={**error_envelope(cause, attempt=claim.attempt),
                        "unrecorded": error_envelope(refused, attempt=claim.attempt)},
                 final=isinstance(cause, (NonRetryable, ValidationFailed)),
-                not_before=self.clock.now_ms() + backoff_ms(claim.attempt - 1, self.config,
+                not_before=self.clock.now_ms() + backoff_ms(claim.charged - 1, self.config,
                                                             self.rng),
             ))
             return None
@@ -417,9 +418,9 @@ class ThreadRuntime:
         """Retry after a backoff, or settle failed once the budget is spent. Only reached
         from :meth:`_ended`, after its in-flight check: no uncertain step is in flight."""
         error = error_envelope(exc, attempt=claim.attempt)
-        if claim.attempt >= self.config.max_attempts:
+        if claim.charged >= self.config.max_attempts:
             return await self._settle(claim, Outcome.FAILED, error=error)
-        not_before = self.clock.now_ms() + backoff_ms(claim.attempt - 1, self.config, self.rng)
+        not_before = self.clock.now_ms() + backoff_ms(claim.charged - 1, self.config, self.rng)
         self._end(lambda: self._release(claim, refund=False, not_before=not_before, error=error))
         return None
 

@@ -14,6 +14,7 @@ from threadline.threads import outbox, waits
 from threadline.threads.model import (
     AbortState,
     JsonValue,
+    LossCause,
     Outcome,
     SubmissionState,
     decode_json,
@@ -44,6 +45,20 @@ _SETTLE = (
     " dormant = 0, revision = revision + 1, lease_owner = NULL, lease_expires_at = NULL,"
     " not_before = NULL, settled_at = ?, updated_at = ? WHERE id = ? AND state = ?"
     " AND revision = ?"
+)
+# A lost claim is readied in one UPDATE that also counts the loss: no row more than the move
+# it replaces, and running -> ready stays out of the open-work index as every move does.
+_LOSE = (
+    "UPDATE tl_submissions SET state = 'ready', revision = revision + 1, lease_owner = NULL,"
+    " lease_expires_at = NULL, not_before = NULL, error_json = ?, losses = losses + 1,"
+    " loss_streak = ?, loss_position = ?, loss_cause = ?, updated_at = ?"
+    " WHERE id = ? AND state = 'running' AND revision = ?"
+)
+# Counts the loss of a claim that something else then ends in the same transaction (a
+# settlement, an Unknown Outcome): the revision is left for that end's compare-and-set.
+_COUNT_LOSS = (
+    "UPDATE tl_submissions SET losses = losses + 1, loss_streak = ?, loss_position = ?,"
+    " loss_cause = ? WHERE id = ? AND state = 'running' AND revision = ?"
 )
 _APPLY_ABORT = (
     "UPDATE tl_abort_intents SET state = 'applied', applied_at = ?"
@@ -107,6 +122,42 @@ def move(
         submission_id,
         state.value,
         revision,
+    ).changed
+    return written == 1
+
+
+def lose(
+    storage: Storage,
+    submission_id: str,
+    *,
+    revision: int,
+    now: int,
+    error: JsonValue,
+    streak: int,
+    position: int,
+    cause: LossCause,
+) -> bool:
+    """``running -> ready`` for a claim lost without failing: the loss counted (``streak`` in
+    a row at journal ``position``) and ``error`` recorded."""
+    written = storage.exec(
+        _LOSE, encode_json(error), streak, position, cause.value, now, submission_id, revision
+    ).changed
+    return written == 1
+
+
+def count_loss(
+    storage: Storage,
+    submission_id: str,
+    *,
+    revision: int,
+    streak: int,
+    position: int,
+    cause: LossCause,
+) -> bool:
+    """Count the loss of a running claim, leaving the claim for the transition that ends it
+    next, in the same transaction, at the same ``revision``."""
+    written = storage.exec(
+        _COUNT_LOSS, streak, position, cause.value, submission_id, revision
     ).changed
     return written == 1
 
@@ -184,6 +235,8 @@ __all__ = [
     "aborted_error",
     "accepted_abort",
     "claim",
+    "count_loss",
+    "lose",
     "move",
     "settle",
 ]

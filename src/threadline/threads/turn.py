@@ -147,6 +147,12 @@ class Claim:
         """The Attempt's number, from 1."""
         return self.submission.attempts
 
+    @property
+    def charged(self) -> int:
+        """Attempts charged against ``max_attempts``, this one included: every Attempt but
+        those lost without failing (:mod:`threadline.threads.losses`)."""
+        return self.submission.attempts - self.submission.losses
+
 
 class Turn:
     """One Attempt's view of its submission. Agents receive it as their only argument."""

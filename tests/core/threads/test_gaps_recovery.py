@@ -21,7 +21,7 @@ from threadline.errors import Evicted
 from threadline.scheduling import PUBLICATION
 from threadline.testing import Effects, SettlementLog, ThreadHarness
 from threadline.threads import outbox, transitions, waits
-from threadline.threads.model import Outcome, SubmissionState, WaitKind
+from threadline.threads.model import LossCause, Outcome, SubmissionState, WaitKind
 from threadline.threads.recovery import (
     Disposition,
     RecoveryBlocked,
@@ -68,9 +68,11 @@ def _lose(h: ThreadHarness, agent: str) -> tuple[str, int]:
     return sub.id, revision
 
 
-def _lease_error(attempt: int) -> dict[str, Any]:
-    return {"type": "LeaseExpired", "message": "the Attempt was lost before it settled",
-            "attempt": attempt}
+def _reset_error(attempt: int) -> dict[str, Any]:
+    return {"type": "AttemptLost", "cause": "reset",
+            "message": "the Attempt was lost to a reset of the object (a deploy, an eviction or"
+                       " a crash) before it settled; retried without spending max_attempts",
+            "attempt": attempt, "in_a_row": 1, "position": 0}
 
 
 def _require_publication(h: ThreadHarness) -> None:
@@ -88,7 +90,7 @@ def _journal(h: ThreadHarness, sub_id: str) -> dict[str, Any]:
                           " FROM tl_journal WHERE submission_id = ?", sub_id).one()
 
 
-def test_a_lost_attempt_is_readied_with_the_lease_error(
+def test_a_lost_attempt_is_readied_with_the_reset_recorded(
     make_harness: MakeHarness, effects: Effects
 ) -> None:
     h = make_harness(build(effects))
@@ -97,20 +99,23 @@ def test_a_lost_attempt_is_readied_with_the_lease_error(
     assert result == RecoverySweepResult((
         RecoveryReport(sub_id, "t", RecoveryDecision.RE_READY, Disposition.REPAIRED),))
     readied = h.get(sub_id)
-    assert readied.state is SubmissionState.READY and readied.error == _lease_error(1)
+    assert readied.state is SubmissionState.READY and readied.error == _reset_error(1)
+    assert (readied.losses, readied.loss_streak, readied.loss_position, readied.loss_cause) == (
+        1, 1, 0, LossCause.RESET)
 
 
-def test_the_last_lost_attempt_settles_failed_and_is_published(
+def test_a_crash_loop_settled_by_recovery_is_published(
     make_harness: MakeHarness, effects: Effects, settlements: SettlementLog
 ) -> None:
-    h = make_harness(build(effects), RuntimeConfig(max_attempts=1))
+    h = make_harness(build(effects), RuntimeConfig(max_consecutive_losses=1))
     sub_id, _ = _lose(h, "fetch")
     _require_publication(h)
     assert not _publication_due(h)
     assert h.runtime.run_recovery("t").reports == (
         RecoveryReport(sub_id, "t", RecoveryDecision.SETTLE_FAILED, Disposition.SETTLED),)
     failed = h.get(sub_id)
-    assert (failed.outcome, failed.error) == (Outcome.FAILED, _lease_error(1))
+    assert failed.outcome is Outcome.FAILED and failed.error["type"] == "CrashLoop"
+    assert failed.losses == 1
     # The settled record waits for the publication lane: it must be due with it.
     assert _publication_due(h)
     assert settlements.count(sub_id) == h.settled_records(sub_id) == 1
@@ -131,8 +136,11 @@ def test_an_uncertain_step_lost_in_flight_opens_its_own_keyed_wait(
     assert (wait["kind"], wait["wait_key"], wait["state"]) == (
         "unknown", f"step:email@{revision}", "open")
     assert json.loads(wait["payload_json"]) == {"step": "step:email", "attempt": 1}
-    # Nothing failed: the lost Attempt leaves no error on an Unknown Outcome.
-    assert h.get(sub_id).error is None
+    # Nothing failed: the lost Attempt leaves no error on an Unknown Outcome. It is a loss,
+    # counted as one, never charged against max_attempts.
+    parked = h.get(sub_id)
+    assert parked.error is None
+    assert (parked.losses, parked.loss_cause) == (1, LossCause.RESET)
 
     # Resolving it for a retry fails the started entry, with the reason and the time.
     h.clock.advance(7)

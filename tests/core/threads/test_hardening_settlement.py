@@ -1,4 +1,4 @@
-"""Storage refusing the end of an Attempt: its real cause is recorded, never ``LeaseExpired``.
+"""Storage refusing the end of an Attempt: its real cause is recorded, never a loss.
 
 The rule (``threadline.threads.runtime``): once a claim is held, no storage failure escapes
 ``process_thread_head``. A refused end is tried once more; if storage refuses that too, nothing
@@ -253,11 +253,12 @@ def test_a_held_end_survives_a_recovery_that_storage_refuses_too(
     assert done.error["type"] == "NonRetryable"
 
 
-def test_what_is_held_is_lost_with_the_object_and_the_lease_reports_it(
+def test_what_is_held_is_lost_with_the_object_and_the_reset_is_recorded(
     clock: ManualClock, effects: Effects
 ) -> None:
     """Held in memory only: after an eviction the claim is found stamped by another
-    incarnation and recovered at once as a lost one, its real cause gone with the object."""
+    incarnation and recovered at once as lost to a reset, its real cause gone with the
+    object."""
     storage, h, sub = setup(clock, effects, _fails_for_good)
     storage.fail(settle_write, times=2)
     assert run(h.runtime.process_thread_head("t")) is None
@@ -266,7 +267,8 @@ def test_what_is_held_is_lost_with_the_object_and_the_lease_reports_it(
     assert [r.decision for r in h.runtime.run_recovery("t").reports] == [
         RecoveryDecision.RE_READY]  # at once: the lease has not expired
     assert h.get(sub).state is SubmissionState.READY
-    assert h.get(sub).error["type"] == "LeaseExpired"  # type: ignore[index]
+    error = h.get(sub).error
+    assert (error["type"], error["cause"]) == ("AttemptLost", "reset")
 
 
 def test_a_held_end_never_applies_to_another_claim(
@@ -285,7 +287,9 @@ def test_a_held_end_never_applies_to_another_claim(
         RecoveryDecision.RE_READY]
     assert h.runtime.recovery.held == 0
     assert h.get(sub).state is SubmissionState.READY
-    assert h.get(sub).error["type"] == "LeaseExpired"  # type: ignore[index]
+    # Stamped by this incarnation, which no longer runs it: stopped here, not reset.
+    error = h.get(sub).error
+    assert (error["type"], error["cause"]) == ("AttemptLost", "interrupted")
 
 
 def test_a_yield_storage_refuses_outright_is_held_with_the_refusal(

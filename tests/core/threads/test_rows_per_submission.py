@@ -7,16 +7,19 @@ b-trees it opens for writing and the instructions that insert into them.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from threadline.app import Application
 from threadline.clock import ManualClock
-from threadline.errors import StorageError
+from threadline.errors import Evicted, StorageError
 from threadline.storage import SqliteStorage
 from threadline.storage.port import Rows
 from threadline.testing import ThreadHarness
 from threadline.threads import ledger, outbox, transitions, views
 from threadline.threads.model import Outcome, SubmissionState
+from threadline.threads.turn import Turn
 
 _THREAD = "INSERT INTO tl_threads (id, created_at, updated_at) VALUES (?, ?, ?)"
 
@@ -39,7 +42,8 @@ def btrees_written(storage: SqliteStorage, sql: str) -> list[str]:
 def test_claims_and_moves_leave_the_open_work_index_alone(storage: SqliteStorage) -> None:
     # Only settling a submission takes it out of open work: no other transition may rewrite
     # the index's entry (workerd bills that rewrite as one more row).
-    for sql in (transitions._CLAIM, transitions._MOVE):
+    for sql in (transitions._CLAIM, transitions._MOVE, transitions._LOSE,
+                transitions._COUNT_LOSS):
         assert "tl_submissions_open" not in btrees_written(storage, sql), sql
     assert "tl_submissions_open" in btrees_written(storage, transitions._SETTLE)
 
@@ -80,6 +84,9 @@ def test_a_claim_writes_the_submission_row_and_nothing_else(storage: SqliteStora
     # names a column a claim sets: queued|ready -> running is one b-tree entry rewritten.
     assert btrees_written(storage, transitions._CLAIM) == ["tl_submissions"]
     assert btrees_written(storage, transitions._MOVE) == ["tl_submissions"]
+    # So does readying a lost claim, the loss counted in the same row.
+    assert btrees_written(storage, transitions._LOSE) == ["tl_submissions"]
+    assert btrees_written(storage, transitions._COUNT_LOSS) == ["tl_submissions"]
     with pytest.raises(StorageError, match="rowid"):
         storage.exec("SELECT rowid FROM tl_submissions")
     # Crossing into or out of the dormant states moves the entry of the open-work index.
@@ -193,3 +200,44 @@ def test_appending_a_record_writes_the_record_and_its_outbox_row_only(
     c = views.thread(storage, "c")
     assert c is not None and (c.history_seq, c.updated_at) == (0, 60)
     assert [t.history_seq for t in views.threads_page(storage, after=None, limit=10)] == [3, 1, 0]
+
+
+def test_a_lost_claim_is_counted_in_the_one_update_that_readies_it(
+    storage: SqliteStorage, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Counting losses adds no row written: recovery rewrites the submission's row once, as
+    it did before losses were counted, and an Attempt's normal path writes none of it."""
+    app = Application()
+
+    @app.agent("echo")
+    async def echo(turn: Turn) -> object:
+        await turn.step("one", lambda: 1)
+        return await turn.step("two", lambda: 2)
+
+    harness = ThreadHarness(storage, clock, lambda: app)
+    sub = harness.admit("t", None, agent="echo")
+    harness.failpoints.evict_at("step:started", after=1)
+    with pytest.raises(Evicted):
+        asyncio.run(harness.runtime.process_thread_head("t"))
+    harness.evict()
+    written: list[str] = []
+    run = storage.exec
+
+    def spy(sql: str, *params: object) -> Rows:
+        rows = run(sql, *params)  # type: ignore[arg-type]
+        if rows.changed and "tl_submissions" in sql:
+            written.append(sql)
+        return rows
+
+    monkeypatch.setattr(storage, "exec", spy)
+    before = storage.meter.reading()
+    harness.runtime.run_recovery("t")
+    assert written == [transitions._LOSE]
+    # The submission's row, and the gate's record of the native work it makes: as before.
+    assert (storage.meter.reading() - before).rows_written == 2
+    lost = harness.get(sub.id)
+    assert (lost.state, lost.losses, lost.loss_streak, lost.loss_position) == (
+        SubmissionState.READY, 1, 1, 1)
+    written.clear()
+    asyncio.run(harness.runtime.process_thread_head("t"))
+    assert all("loss" not in sql for sql in written), written

@@ -197,7 +197,8 @@ def _check_values(storage: SqliteStorage, table: str, column: str) -> set[str]:
     """The values the CHECK on ``table.column`` lets through, read from the live schema."""
     sql = storage.exec("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?",
                        table).scalar()
-    found = re.search(rf"\n\s*{column} TEXT[^\n]*?CHECK \(", sql)
+    # A column of the CREATE TABLE starts a line; one added later follows a comma.
+    found = re.search(rf"(?:\n\s*|, ){column} TEXT[^\n]*?CHECK \(", sql)
     assert found is not None, (table, column)
     depth, end = 1, found.end()
     while depth:
@@ -216,6 +217,7 @@ def _check_values(storage: SqliteStorage, table: str, column: str) -> set[str]:
     ("tl_waits", "kind", "WaitKind"),
     ("tl_waits", "state", "WaitState"),
     ("tl_abort_intents", "state", "AbortState"),
+    ("tl_submissions", "loss_cause", "LossCause"),
 ])
 def test_states_mirror_the_schema_checks(
     storage: SqliteStorage, table: str, column: str, enum: str

@@ -1,0 +1,154 @@
+"""A reset of the object is not the agent's failure.
+
+Each test runs a whole object (``SimulatedObject``: the alarm, the maintenance pass, recovery)
+and loses it from inside a step, as a deploy, an eviction or a crash under load would: the step
+raises ``Evicted``, the handler is lost, and a new incarnation starts over the same file. A
+loss spends no ``max_attempts``; losses in a row at one journal position are bounded by
+``max_consecutive_losses`` instead, which ends a crash loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from threadline import Application, ManualClock, Turn
+from threadline.config import RuntimeConfig
+from threadline.errors import Evicted
+from threadline.testing import Effects, SimulatedObject
+from threadline.threads.model import Outcome, Submission
+
+START = 1_700_000_000_000
+
+
+def _resetting(effects: Effects, *, resets: int | None, config: RuntimeConfig) -> Application:
+    """An agent whose second step brings the object down the first ``resets`` times it runs
+    (every time when None), between two steps that do not."""
+    app = Application(config)
+
+    @app.agent("agent")
+    async def agent(turn: Turn) -> Any:
+        await turn.step("prepare", lambda: effects.hit("prepare"))
+
+        def fragile() -> str:
+            runs = effects.hit("fragile")
+            if resets is None or runs <= resets:
+                raise Evicted("the step brought the object down")
+            return "done"
+
+        value = await turn.step("fragile", fragile)
+        await turn.step("finish", lambda: effects.hit("finish"))
+        return {"value": value, "attempt": turn.attempt}
+
+    return app
+
+
+def _run(app: Application, admit: Callable[[SimulatedObject], str]) -> tuple[Submission, int]:
+    """Admit through ``admit``, fire alarms until the object quiesces; the submission as it
+    ends, and how many times the object was lost meanwhile."""
+
+    async def go() -> tuple[Submission, int]:
+        async with SimulatedObject(app, clock=ManualClock(START),
+                                   check_alarm_invariant=True) as obj:
+            sub_id = admit(obj)
+            await obj.run_alarms()
+            return obj.submission(sub_id), obj.evictions
+
+    return asyncio.run(go())
+
+
+def test_five_resets_during_one_step_of_an_agent_with_max_attempts_3_still_complete() -> None:
+    effects = Effects()
+    app = _resetting(effects, resets=5, config=RuntimeConfig(max_attempts=3))
+    done, evictions = _run(app, lambda obj: obj.admit("t", "agent", None).id)
+    assert evictions == 5
+    assert (done.outcome, done.result) == (Outcome.COMPLETED, {"value": "done", "attempt": 6})
+    assert done.error is None
+    # Every Attempt is numbered; the five lost ones are counted apart, not as failures.
+    assert (done.attempts, done.losses, done.loss_cause) == (6, 5, "reset")
+    # Journaled work was not redone: only the fragile step ran again.
+    assert (effects.count("prepare"), effects.count("fragile"), effects.count("finish")) == (
+        1, 6, 1)
+
+
+def test_a_step_that_crashes_the_object_every_time_settles_failed_after_the_loss_bound() -> None:
+    effects = Effects()
+    config = RuntimeConfig(max_attempts=3)
+    bound = config.max_consecutive_losses
+    assert bound > config.max_attempts  # the default: a separate, larger bound
+    app = _resetting(effects, resets=None, config=config)
+    failed, evictions = _run(app, lambda obj: obj.admit("t", "agent", None).id)
+    assert evictions == bound == effects.count("fragile")
+    assert failed.outcome is Outcome.FAILED
+    assert (failed.losses, failed.loss_streak, failed.loss_position) == (bound, bound, 1)
+    error = failed.error
+    assert (error["type"], error["cause"], error["in_a_row"], error["position"]) == (
+        "CrashLoop", "reset", bound, 1)
+    assert "max_consecutive_losses" in error["message"]
+    assert "after step 'step:prepare' finished" in error["message"]
+
+
+def test_an_agent_reset_once_in_each_of_many_steps_is_never_failed_for_it() -> None:
+    """Losses in a row are counted at one journal position: a step that finishes between
+    two losses starts a new count, however many losses there are in all."""
+    effects = Effects()
+    config = RuntimeConfig(max_attempts=1, max_consecutive_losses=2)
+    app = Application(config)
+    steps = 30
+
+    @app.agent("long")
+    async def long(turn: Turn) -> Any:
+        for n in range(steps):
+            def work(n: int = n) -> int:
+                if effects.hit(f"step{n}") == 1:
+                    raise Evicted(f"lost in step {n}")
+                return n
+
+            await turn.step(f"s{n}", work)
+        return "done"
+
+    done, evictions = _run(app, lambda obj: obj.admit("t", "long", None).id)
+    assert evictions == steps
+    assert (done.outcome, done.result) == (Outcome.COMPLETED, "done")
+    assert (done.losses, done.loss_streak) == (steps, 1)
+
+
+def test_a_real_agent_failure_still_spends_max_attempts_as_before() -> None:
+    """Failures are charged as they always were, whatever losses come between them: the
+    submission fails on its third failure, not its third Attempt, and with the failure's
+    own error."""
+    effects = Effects()
+    app = Application(RuntimeConfig(max_attempts=3))
+
+    @app.agent("broken")
+    async def broken(turn: Turn) -> Any:
+        def work() -> None:
+            # Lost, failed, lost, failed, lost, failed: three of each, alternating.
+            if effects.hit("work") % 2 == 1:
+                raise Evicted("the object was reset")
+            raise RuntimeError(f"broken in attempt {turn.attempt}")
+
+        return await turn.step("work", work)
+
+    failed, evictions = _run(app, lambda obj: obj.admit("t", "broken", None).id)
+    assert evictions == 3
+    assert failed.outcome is Outcome.FAILED
+    assert failed.error == {"type": "RuntimeError", "message": "broken in attempt 6",
+                            "attempt": 6}
+    assert (failed.attempts, failed.losses) == (6, 3)
+
+
+def test_without_resets_failures_spend_max_attempts_exactly() -> None:
+    effects = Effects()
+    app = Application(RuntimeConfig(max_attempts=3))
+
+    @app.agent("broken")
+    async def broken(turn: Turn) -> Any:
+        effects.hit("run")
+        raise RuntimeError("always")
+
+    failed, evictions = _run(app, lambda obj: obj.admit("t", "broken", None).id)
+    assert evictions == 0 and effects.count("run") == 3
+    assert (failed.outcome, failed.attempts, failed.losses) == (Outcome.FAILED, 3, 0)
+    assert failed.error["type"] == "RuntimeError"
