@@ -139,13 +139,16 @@ class _Scan:
     """The pass's view of open work, refreshed per Thread as its Attempts end.
 
     Only Threads with work that may be owed now are visited (see :meth:`Maintenance._open_work`).
-    They are read at the start, and again whenever a producer outside the pass advanced the
-    generation through the gate (the pass's own commits do not; the gate's in-memory hint
-    saves a storage read per Attempt, and the checkpoint still checks the durable generation).
-    Otherwise only a Thread the pass itself touched (recovered, ran, or left running at a
-    deadline) is read again, with the faults and binding waits the pass itself recorded, so
-    a pass over many Threads does not rescan all open work per Attempt, and the checkpoint
-    reads no more than what changed.
+    They are read in full at the start. After that a Thread is read again when the pass
+    itself touched it (recovered, ran, or left running at a deadline; with the faults and
+    binding waits the pass itself recorded), or when a producer outside the pass advanced
+    the generation through the gate naming it (an admission, an abort, a decision: see
+    :meth:`MutationGate.changed_threads`). Only an advance whose Threads the gate cannot tell
+    makes the pass read all open work again. So neither a pass over many Threads nor input
+    arriving during it costs a rescan of all open work per Attempt or per admission, and the
+    checkpoint reads no more than what changed. The pass's own commits advance nothing; the
+    gate's in-memory hint saves a storage read per Attempt, and the checkpoint still checks
+    the durable generation.
     """
 
     def __init__(self, owner: Maintenance) -> None:
@@ -205,7 +208,17 @@ class _Scan:
         storage = owner._storage
         runtime = owner._runtime
         generations = owner._gate.generations
-        if self._full or generations != self._generations:
+        if not self._full and generations != self._generations:
+            assert self._generations is not None
+            # Producers outside the pass advanced the generation: read again the Threads
+            # they named, or everything when one of them named none.
+            changed = owner._gate.changed_threads(self._generations)
+            if changed is None:
+                self._full = True
+            else:
+                self._stale.update(changed)
+                self._generations = generations
+        if self._full:
             items, self._faults = owner._open_work(now)
             self._parked = set(owner._bindings.parked_submissions()) if items else set()
             self._waits_read = bool(items)

@@ -239,7 +239,7 @@ class Ledger:
             return Admission(self.get(submission_id), created=True)
 
         # A new submission is a real new fact for the native lane, not a replayed hint.
-        return commit_fact(self.gate, write)
+        return commit_fact(self.gate, write, thread=thread_id)
 
     def _replayed(self, thread_id: str, key: str, input_digest: str) -> Submission | None:
         row = self.storage.exec(_BY_KEY, thread_id, key).first()
@@ -282,7 +282,7 @@ class Ledger:
                 raise Conflict("the submission changed while it was being aborted")
             return self.get(submission_id)
 
-        return commit_fact(self.gate, write, (NATIVE, PUBLICATION))
+        return commit_fact(self.gate, write, (NATIVE, PUBLICATION), thread=current.thread_id)
 
     def decide_approval(
         self, submission_id: str, key: str, *, approved: bool, payload: JsonValue = None
@@ -314,7 +314,7 @@ class Ledger:
             self._wake_if_unblocked(current, now)
             return decision
 
-        return commit_fact(self.gate, write)
+        return commit_fact(self.gate, write, thread=current.thread_id)
 
     def resolve_unknown(
         self, submission_id: str, action: Resolution | str, result: JsonValue = None
@@ -357,7 +357,7 @@ class Ledger:
             self._wake_if_unblocked(current, now)
             return self.get(submission_id)
 
-        return commit_fact(self.gate, write)
+        return commit_fact(self.gate, write, thread=current.thread_id)
 
     def _check_value(self, value: JsonValue, *, field: str) -> str:
         """``value`` as JSON within ``max_json_depth`` and ``max_value_bytes``."""
