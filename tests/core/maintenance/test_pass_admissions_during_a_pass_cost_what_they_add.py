@@ -114,7 +114,7 @@ def test_a_decision_and_an_abort_during_a_pass_are_read_by_that_pass() -> None:
             await obj.run_alarms()
             follower = obj.admit("aborted", "slow", {})
             obj.admit("busy", "slow", {})
-            arrivals.extend([lambda: obj.approve(approved.id, "go", True),
+            arrivals.extend([lambda: obj.approve(approved.id, "go"),
                              lambda: obj.abort(aborted.id)])
             reports = await obj.run_alarms()
             assert obj.submission(approved.id).result is True
