@@ -66,6 +66,9 @@ async def _pass_rows_read(waiting: int, arriving: int) -> tuple[int, int]:
         # Everything, the late input included, ran in that one pass.
         assert first.settled == waiting + arriving
         assert all(s.outcome is Outcome.COMPLETED for s in obj.submissions())
+        # Input that overlapped it keeps its generation unacknowledged: one more pass, with
+        # nothing left to run, acknowledges it.
+        assert [r.dispatched for r in reports[1:]] == ([0] if arriving else [])
         assert obj.alarm_at is None
         # What the same admissions read by themselves, outside any pass.
         before = obj.storage.meter.reading()
