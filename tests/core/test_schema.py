@@ -318,3 +318,42 @@ def test_a_rebuild_that_orphans_a_child_fails_and_keeps_the_old_version(
     assert _dump(storage) == schema
     for table in tables:
         assert storage.exec(f"SELECT * FROM {table} ORDER BY 1").rows == before[table], table
+
+
+def test_held_followers_rebuild_keeps_every_row_and_lets_only_queued_input_be_held() -> None:
+    rebuild = MIGRATIONS.index(schema_module._HELD_FOLLOWERS)
+    storage = SqliteStorage(":memory:")  # foreign keys are enforced, as on workerd
+    migrate(storage, target=rebuild)
+    storage.exec("INSERT INTO tl_threads (id, created_at, updated_at) VALUES ('t', 1, 1)")
+    states = ["queued", "ready", "running", "suspended", "unknown", "joined", "terminalizing",
+              "settled"]
+    for seq, state in enumerate(states, start=1):
+        settled = state == "settled"
+        storage.exec(
+            "INSERT INTO tl_submissions (id, thread_id, seq, agent, idempotency_key, input_json,"
+            " input_digest, state, dormant, outcome, result_json, attempts, revision,"
+            " lease_owner, lease_expires_at, not_before, created_at, updated_at, settled_at)"
+            " VALUES (?, 't', ?, 'echo', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"s{seq}", seq, f"k{seq}" if seq % 2 else None, f'{{"n":{seq}}}', f"d{seq}", state,
+            int(state in ("suspended", "unknown", "joined")), "completed" if settled else None,
+            '"ok"' if settled else None, seq, 2 * seq, "lease" if state == "running" else None,
+            99 if state == "running" else None, 7 if state == "ready" else None, 10 + seq,
+            20 + seq, 30 if settled else None)
+    storage.exec("INSERT INTO tl_waits (id, submission_id, kind, wait_key, state, wake_at,"
+                 " created_at) VALUES ('w', 's4', 'timer', 'nap', 'open', 50, 5)")
+    before = storage.exec("SELECT * FROM tl_submissions ORDER BY id").rows
+    assert migrate(storage, target=rebuild + 1) == 1
+    assert storage.exec("SELECT * FROM tl_submissions ORDER BY id").rows == before
+    assert storage.exec("PRAGMA foreign_key_check").rows == []
+    with pytest.raises(StorageError, match="FOREIGN KEY"):
+        storage.exec("DELETE FROM tl_submissions WHERE id = 's4'")
+    # Queued and ready input may now be held out of the live range; nothing else may.
+    storage.exec("UPDATE tl_submissions SET dormant = 1 WHERE state IN ('queued', 'ready')")
+    for state in ("running", "terminalizing", "settled"):
+        with pytest.raises(StorageError, match="CHECK"):
+            storage.exec("UPDATE tl_submissions SET dormant = 1 WHERE state = ?", state)
+    with pytest.raises(StorageError, match="CHECK"):
+        storage.exec("UPDATE tl_submissions SET dormant = 0 WHERE state = 'suspended'")
+    live = storage.exec("SELECT id FROM tl_submissions INDEXED BY tl_submissions_open"
+                        " WHERE settled_at IS NULL AND dormant = 0 ORDER BY seq").rows
+    assert [row["id"] for row in live] == ["s3", "s7"]

@@ -26,7 +26,8 @@ A pass
 5. **Checkpoint**: with every Attempt joined, the observed generation is acknowledged only if
    no producer overlapped the pass and no autonomous work is owed now; work owed now that made
    no progress gets a durable native retry (``base * 2^stalls`` capped, jittered); the native
-   lane is set to the earliest timed obligation.
+   lane is set to the earliest timed obligation. Input queued behind a suspended head is
+   taken out of the live range there, until that head leaves the suspension.
 6. **Finish**: the alarm is decided from the due queue under the gate's snapshot (a caught-up
    pass that ran no wave and saw no producer reuses the earliest due it read at the begin).
 
@@ -44,7 +45,7 @@ import logging
 import random
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -66,11 +67,10 @@ from threadline.scheduling import (
 )
 from threadline.scheduling import state as generation
 from threadline.storage.port import Storage
-from threadline.threads import waits
-from threadline.threads.model import WorkItem
+from threadline.threads import transitions, waits
+from threadline.threads.model import SubmissionState, WorkItem
 from threadline.threads.recovery import Disposition, RecoveryBlocked, RecoverySweepResult
 from threadline.threads.runtime import ThreadRuntime
-from threadline.threads.transitions import DORMANT
 
 _logger = logging.getLogger("threadline.maintenance")
 
@@ -142,13 +142,16 @@ class _Scan:
     """The pass's view of open work, refreshed per Thread as its Attempts end.
 
     Only Threads with work that may be owed now are visited (see :meth:`Maintenance._open_work`).
-    They are read at the start, and again whenever a producer outside the pass advanced the
-    generation through the gate (the pass's own commits do not; the gate's in-memory hint
-    saves a storage read per Attempt, and the checkpoint still checks the durable generation).
-    Otherwise only a Thread the pass itself touched (recovered, ran, or left running at a
-    deadline) is read again, with the faults and binding waits the pass itself recorded, so
-    a pass over many Threads does not rescan all open work per Attempt, and the checkpoint
-    reads no more than what changed.
+    They are read in full at the start. After that a Thread is read again when the pass
+    itself touched it (recovered, ran, or left running at a deadline; with the faults and
+    binding waits the pass itself recorded), or when a producer outside the pass advanced
+    the generation through the gate naming it (an admission, an abort, a decision: see
+    :meth:`MutationGate.changed_threads`). Only an advance whose Threads the gate cannot tell
+    makes the pass read all open work again. So neither a pass over many Threads nor input
+    arriving during it costs a rescan of all open work per Attempt or per admission, and the
+    checkpoint reads no more than what changed. The pass's own commits advance nothing; the
+    gate's in-memory hint saves a storage read per Attempt, and the checkpoint still checks
+    the durable generation.
     """
 
     def __init__(self, owner: Maintenance) -> None:
@@ -234,7 +237,17 @@ class _Scan:
         storage = owner._storage
         runtime = owner._runtime
         generations = owner._gate.generations
-        if self._full or generations != self._generations:
+        if not self._full and generations != self._generations:
+            assert self._generations is not None
+            # Producers outside the pass advanced the generation: read again the Threads
+            # they named, or everything when one of them named none.
+            changed = owner._gate.changed_threads(self._generations)
+            if changed is None:
+                self._full = True
+            else:
+                self._stale.update(changed)
+                self._generations = generations
+        if self._full:
             items, self._faults = owner._open_work(now)
             for thread_id in self._lifted:
                 self._faults.pop(thread_id, None)
@@ -445,13 +458,14 @@ class Maintenance:
     def _open_work(self, now: int) -> tuple[list[WorkItem], dict[str, int]]:
         """The open submissions of every Thread that may owe work now, and the fault deadlines.
 
-        Visited: Threads with a live head (queued, ready, running or terminalizing: the
+        Visited: Threads with live work (queued, ready, running or terminalizing: the
         ``dormant = 0`` range of the open-work index ``tl_submissions_open``), Threads with
         a timer due at ``now`` (through the due index on open waits), and Threads under a
         recovery fault. A Thread suspended on a timer that is not due, or waiting for the
-        outside world with nothing live behind it, is never read: the pass's reads follow due
-        and live work, not the number of pending timers. The earliest pending timer is one
-        indexed read at the checkpoint (:func:`waits.next_timer`).
+        outside world, is never read, nor is the input queued behind its suspended head once
+        a checkpoint held it (:meth:`_hold_followers`): the pass's reads follow due and live
+        work, not the number of pending timers or waiting Threads. The earliest pending timer
+        is one indexed read at the checkpoint (:func:`waits.next_timer`).
         """
         ledger = self._runtime.ledger
         deadlines = self._faults.deadlines()
@@ -717,10 +731,10 @@ class Maintenance:
     def _certify(self, observed: _Observed, tally: _Tally, active: int, scan: _Scan) -> None:
         now = self._clock.now_ms()
         current = generation.read_state(self._storage)
-        # Every Attempt has joined: the scan re-reads the Threads the pass touched (or all of
-        # them, had a producer outside the pass advanced the generation meanwhile).
+        # Every Attempt has joined: the scan re-reads the Threads the pass touched and those
+        # producers outside the pass named (all of them, had one named none).
         scan.settle_active()
-        views = scan.current(now, frozenset())
+        views = self._hold_followers(scan.current(now, frozenset()))
         nonterminal = _nonterminal(views)
         tally.nonterminal = nonterminal
         # A Thread whose fault transition storage refused is owed too, even with no view.
@@ -765,6 +779,26 @@ class Maintenance:
             self._bindings.prune()
         self._queue.checkpoint_native(native)
 
+    def _hold_followers(self, views: list[ThreadView]) -> list[ThreadView]:
+        """Take the input queued behind each suspended head out of the live range.
+
+        Nothing behind a suspended head can run before it leaves the suspension, and every
+        way out of it (a decision, an abort, a due timer applied) makes that input live again
+        in the same transaction (:func:`transitions.hold_followers`). So later passes do not
+        read such a Thread until its wait can change. A Thread under a fault is left as it
+        is: its fault brings it back anyway. Returns the views as they now stand.
+        """
+        stood: list[ThreadView] = []
+        for view in views:
+            behind = _behind_suspension(view)
+            if (behind and view.head is not None
+                    and transitions.hold_followers(self._storage, view.head)):
+                view = replace(view, items=tuple(
+                    replace(item, dormant=True) if item.submission_id in behind else item
+                    for item in view.items))
+            stood.append(view)
+        return stood
+
     async def _rearm_failure(self, observed: _Observed) -> AlarmDecision:
         """Back off the failed generation only and decide the alarm; see the module docstring."""
         await self._fp.reached(RETRY_BEFORE)
@@ -799,18 +833,33 @@ class Maintenance:
             self._log(f"threadline: could not store a pass report ({type(exc).__name__})")
 
 
+#: States of the input that can be held behind a suspended head.
+_HOLDABLE = frozenset({SubmissionState.QUEUED, SubmissionState.READY})
+
+
+def _behind_suspension(view: ThreadView) -> frozenset[str]:
+    """The live input queued behind the suspended head of a Thread that waits: none when its
+    head is not suspended, or it is faulted, or its timers are due (recovery will wake it)."""
+    head = view.head
+    if (head is None or head.state is not SubmissionState.SUSPENDED or view.faulted
+            or view.need not in (Need.STABLE, Need.TIMED)):
+        return frozenset()
+    return frozenset(item.submission_id for item in view.items
+                     if item.seq > head.seq and not item.dormant and item.state in _HOLDABLE)
+
+
 def _nonterminal(views: list[ThreadView]) -> int:
     """The open submissions of the Threads a full scan visits (live, due or faulted work).
 
     The pass keeps the views of the Threads it touched; one of them that went to sleep on a
-    timer that is not due (or waits for the outside world with nothing live) is one a full
-    scan would not read, so it is not counted: the figure, and the stored row, do not change
-    with which Threads the pass happened to run.
+    timer that is not due (or waits for the outside world with nothing live, its queued input
+    held) is one a full scan would not read, so it is not counted: the figure, and the stored
+    row, do not change with which Threads the pass happened to run.
     """
     return sum(
         len(view.items) for view in views
         if view.faulted or view.need not in (Need.TIMED, Need.STABLE)
-        or any(item.state not in DORMANT for item in view.items)
+        or any(not item.dormant for item in view.items)
     )
 
 

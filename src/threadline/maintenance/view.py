@@ -10,7 +10,9 @@ suspended head, its open waits:
 * ``TIMED``: nothing to do before ``due_at`` (a backoff, a timer, an unstamped lease);
 * ``STABLE``: waiting for the outside world (an approval, an operator's resolution of an
   Unknown Outcome, a binding wait). It keeps no alarm armed, and plain queued followers behind
-  it stay dormant: FIFO holds;
+  it stay dormant: FIFO holds. Those behind a suspended head (on an approval, or a timer that
+  is not due) leave the live range with it at the pass's checkpoint, so the Thread is not read
+  again until that wait can change;
 * ``FAULTED``: skipped until the fault's ``retry_at``;
 * ``ACTIVE``: this incarnation is running its Attempt; nobody touches it.
 

@@ -24,10 +24,11 @@ prearm alone keeps the work due.
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
 from contextvars import ContextVar
+from itertools import islice
 from typing import TypeVar
 
 from threadline.clock import Clock
@@ -47,6 +48,10 @@ from threadline.storage.port import Storage
 
 T = TypeVar("T")
 
+#: How many generation advances the gate remembers the Threads of (see
+#: :meth:`MutationGate.changed_threads`); a pass that falls further behind rescans everything.
+TOUCHED_REMEMBERED = 1_024
+
 # The lanes of the mutations enclosing the running code, so that record_progress in a body
 # also covers what its boundary enrolled.
 _current_lanes: ContextVar[frozenset[str]] = ContextVar(
@@ -60,6 +65,11 @@ _native_source: ContextVar[bool] = ContextVar("threadline_native_source", defaul
 _crash_fallback: ContextVar[int | None] = ContextVar("threadline_crash_fallback", default=None)
 # False when that pass began with no native retry recorded: nothing for its progress to clear.
 _retry_recorded: ContextVar[bool] = ContextVar("threadline_retry_recorded", default=True)
+# The Threads whose work the enclosing mutate() may change, when its producer named them (None:
+# not known). A generation advance made inside is attributed to them.
+_current_threads: ContextVar[frozenset[str] | None] = ContextVar(
+    "threadline_mutation_threads", default=None
+)
 
 
 class MutationGate:
@@ -93,6 +103,8 @@ class MutationGate:
         self._lanes: Counter[str] = Counter()
         self._revision = 0
         self._generations = 0
+        # The Threads named by each of the latest generation advances (None: not named).
+        self._touched: deque[frozenset[str] | None] = deque(maxlen=TOUCHED_REMEMBERED)
         self._waiters: list[asyncio.Future[None]] = []
 
     # -- producers -------------------------------------------------------------------------
@@ -103,6 +115,7 @@ class MutationGate:
         *,
         lanes: Iterable[str] = (),
         invalidates_recovery: bool = True,
+        threads: Iterable[str] | None = None,
     ) -> T:
         """Run ``fn`` in one transaction with its enrollment, generation bump and alarm.
 
@@ -111,17 +124,28 @@ class MutationGate:
         progress: ``fn`` calls :meth:`record_progress` when it commits a real new fact. If
         ``fn`` raises, nothing of it, the enrollment or the alarm is committed. Inside an open
         transaction it becomes part of it.
+
+        ``threads`` names every Thread whose open work ``fn`` may change (None: not known). A
+        running pass then reads just those again (:meth:`changed_threads`), so a producer
+        that names too few loses work for that pass: name none when in doubt.
         """
         enrolled = self._lane_set(lanes, invalidates_recovery)
+        if isinstance(threads, str):
+            raise SchedulingError("threads must be an iterable of Thread ids, not one string")
+        named = None if threads is None else frozenset(threads)
         self._failpoints.hit("maintenance:dirty:before")
 
         def body() -> T:
-            self._prearm(enrolled, invalidates_recovery)
-            token = _current_lanes.set(_current_lanes.get() | enrolled)
+            attributed = _current_threads.set(named)
             try:
-                return fn()
+                self._prearm(enrolled, invalidates_recovery)
+                token = _current_lanes.set(_current_lanes.get() | enrolled)
+                try:
+                    return fn()
+                finally:
+                    _current_lanes.reset(token)
             finally:
-                _current_lanes.reset(token)
+                _current_threads.reset(attributed)
 
         result = self._storage.transaction(body)
         self._notify()
@@ -205,7 +229,7 @@ class MutationGate:
                 if lane_id == PUBLICATION:
                     self._queue.enroll(NATIVE, due_at, progress=True)
                 state.bump_dirty(self._storage, clear_retry=True)
-                self._generations += 1
+                self._advance()
             self._alarm.ensure_due(now)
 
         self._storage.transaction(enroll)
@@ -250,7 +274,7 @@ class MutationGate:
                     enrolled.append(NATIVE)
             else:
                 state.bump_dirty(self._storage, clear_retry=True)
-                self._generations += 1
+                self._advance()
         if enrolled:
             # A progress enrollment makes its lane due now at the latest, so the earliest due
             # lane is at or before now and the bound is now + min_delay: no queue read needed.
@@ -344,6 +368,26 @@ class MutationGate:
         """
         return self._generations
 
+    def changed_threads(self, since: int) -> frozenset[str] | None:
+        """The Threads named by the generation advances after :attr:`generations` was
+        ``since``, or None when some of them cannot be told: a producer named none (see
+        :meth:`mutate`), or more advances were made than the gate remembers.
+
+        A running pass reads just these again instead of all open work. Like the count, a
+        hint: a rolled-back transaction may have named a Thread it did not change.
+        """
+        missed = self._generations - since
+        if missed <= 0:
+            return frozenset()
+        if missed > len(self._touched):
+            return None
+        changed: set[str] = set()
+        for threads in islice(reversed(self._touched), missed):
+            if threads is None:
+                return None
+            changed.update(threads)
+        return frozenset(changed)
+
     @property
     def revision(self) -> int:
         """In-memory change counter; bumped by every producer commit and mutation release."""
@@ -389,7 +433,7 @@ class MutationGate:
             self._queue.enroll(lane_id, now)
         if invalidates_recovery and not inside_pass:
             state.bump_dirty(self._storage)
-            self._generations += 1
+            self._advance()
         self._arm(now, bool(lanes))
 
     def _arm(self, now: int, enrolled: bool) -> None:
@@ -413,6 +457,11 @@ class MutationGate:
                 self._alarm.ensure_due(now)
             else:
                 self._alarm.ensure_by(max(fallback, now + self._alarm.min_delay_ms))
+
+    def _advance(self) -> None:
+        """Count one generation advance, with the Threads the enclosing mutate() named."""
+        self._generations += 1
+        self._touched.append(_current_threads.get())
 
     def _release(self, held: set[str], *, keep: frozenset[str] = frozenset()) -> None:
         for lane_id in list(held):

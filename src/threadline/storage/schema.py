@@ -382,6 +382,69 @@ _LEAN_OUTBOX = (
     "DROP TABLE tl_outbox_old",
 )
 
+# ``dormant`` also holds queued input back: a queued or ready submission behind a suspended
+# head may be dormant too (the pass marks it so, and the head's leaving the suspension clears
+# it), so a Thread whose head waits on an approval or a far timer leaves the live range with
+# its whole queue until that wait can change, instead of being read by every actionable pass.
+# The CHECK allows it from here on; running, terminalizing and settled submissions stay live.
+# SQLite cannot change a CHECK in place: the table is rebuilt exactly as _LEAN_SUBMISSIONS
+# rebuilt it (copied aside, recreated under its own name, copied back with foreign-key checks
+# deferred, then each child table checked), for the same reasons; every row keeps its values.
+_HELD_FOLLOWERS = (
+    "PRAGMA defer_foreign_keys = ON",
+    "CREATE TABLE tl_submissions_copy AS SELECT * FROM tl_submissions",
+    "DROP TABLE tl_submissions",
+    """CREATE TABLE tl_submissions (
+        id TEXT PRIMARY KEY NOT NULL,
+        thread_id TEXT NOT NULL REFERENCES tl_threads (id),
+        seq INTEGER NOT NULL CHECK (seq >= 1),
+        agent TEXT NOT NULL,
+        idempotency_key TEXT,
+        input_json TEXT NOT NULL,
+        input_digest TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN (
+            'queued', 'ready', 'running', 'suspended', 'unknown', 'joined',
+            'terminalizing', 'settled')),
+        dormant INTEGER NOT NULL DEFAULT 0
+            CHECK (dormant = (state IN ('suspended', 'unknown', 'joined'))
+                OR (dormant = 1 AND state IN ('queued', 'ready'))),
+        outcome TEXT CHECK (outcome IS NULL OR outcome IN ('completed', 'failed', 'aborted')),
+        result_json TEXT,
+        error_json TEXT,
+        attempts INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+        revision INTEGER NOT NULL DEFAULT 0 CHECK (revision >= 0),
+        lease_owner TEXT,
+        lease_expires_at INTEGER,
+        not_before INTEGER,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        settled_at INTEGER,
+        CHECK ((state = 'settled') = (outcome IS NOT NULL)),
+        CHECK ((state = 'settled') = (settled_at IS NOT NULL)),
+        CHECK ((lease_owner IS NULL) = (lease_expires_at IS NULL)),
+        UNIQUE (thread_id, seq)
+    ) WITHOUT ROWID""",
+    """INSERT INTO tl_submissions (id, thread_id, seq, agent, idempotency_key, input_json,
+        input_digest, state, dormant, outcome, result_json, error_json, attempts, revision,
+        lease_owner, lease_expires_at, not_before, created_at, updated_at, settled_at)
+    SELECT id, thread_id, seq, agent, idempotency_key, input_json, input_digest, state,
+        dormant, outcome, result_json, error_json, attempts, revision, lease_owner,
+        lease_expires_at, not_before, created_at, updated_at, settled_at
+    FROM tl_submissions_copy""",
+    "DROP TABLE tl_submissions_copy",
+    """CREATE UNIQUE INDEX tl_submissions_key ON tl_submissions (thread_id, idempotency_key)
+        WHERE idempotency_key IS NOT NULL""",
+    """CREATE INDEX tl_submissions_open ON tl_submissions (dormant, thread_id, seq)
+        WHERE settled_at IS NULL""",
+    "PRAGMA defer_foreign_keys = OFF",
+    """UPDATE tl_journal SET submission_id = submission_id
+        WHERE submission_id NOT IN (SELECT id FROM tl_submissions)""",
+    """UPDATE tl_waits SET submission_id = submission_id
+        WHERE submission_id NOT IN (SELECT id FROM tl_submissions)""",
+    """UPDATE tl_abort_intents SET submission_id = submission_id
+        WHERE submission_id NOT IN (SELECT id FROM tl_submissions)""",
+)
+
 # Attempts lost without failing (the object was reset, or the alarm event ended around them)
 # are counted apart from the failures ``attempts`` charges against ``max_attempts``:
 # ``losses`` in all, ``loss_streak`` in a row at the journal position ``loss_position`` (a
@@ -404,7 +467,7 @@ _LOSSES = (
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
 MIGRATIONS: list[tuple[str, ...]] = [
     _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS, _LEAN_SUBMISSIONS,
-    _LEAN_OUTBOX, _LOSSES,
+    _LEAN_OUTBOX, _HELD_FOLLOWERS, _LOSSES,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

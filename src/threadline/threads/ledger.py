@@ -45,21 +45,21 @@ from threadline.threads.ports import NATIVE, PUBLICATION, MutationGate, commit_f
 # saves that sort by reading every settled submission of the Thread.
 _SCAN_OPEN = (
     "SELECT id, thread_id, seq, agent, state, revision, attempts, not_before, lease_expires_at,"
-    " lease_owner FROM tl_submissions INDEXED BY tl_submissions_open WHERE settled_at IS NULL"
-    " ORDER BY thread_id, seq"
+    " lease_owner, dormant FROM tl_submissions INDEXED BY tl_submissions_open"
+    " WHERE settled_at IS NULL ORDER BY thread_id, seq"
 )
 _THREAD_OPEN = (
     "SELECT id, thread_id, seq, agent, state, revision, attempts, not_before, lease_expires_at,"
-    " lease_owner FROM tl_submissions INDEXED BY tl_submissions_open"
+    " lease_owner, dormant FROM tl_submissions INDEXED BY tl_submissions_open"
     " WHERE settled_at IS NULL AND dormant = 0 AND thread_id = ?"
     " UNION ALL "
     "SELECT id, thread_id, seq, agent, state, revision, attempts, not_before, lease_expires_at,"
-    " lease_owner FROM tl_submissions INDEXED BY tl_submissions_open"
+    " lease_owner, dormant FROM tl_submissions INDEXED BY tl_submissions_open"
     " WHERE settled_at IS NULL AND dormant = 1 AND thread_id = ?"
 )
 # The live range of the index (dormant = 0): Threads with a head that may be claimed, is
 # running or is settling (queued, ready, running, terminalizing), however many others sleep
-# on a timer or wait for the outside world.
+# on a timer or wait for the outside world, with the input held behind them.
 _LIVE_THREADS = (
     "SELECT DISTINCT thread_id FROM tl_submissions"
     " WHERE settled_at IS NULL AND dormant = 0 ORDER BY thread_id"
@@ -129,6 +129,7 @@ def work_item(row: Row) -> WorkItem:
         not_before=row["not_before"],
         lease_expires_at=row["lease_expires_at"],
         lease_owner=row["lease_owner"],
+        dormant=bool(row["dormant"]),
     )
 
 
@@ -170,11 +171,12 @@ class Ledger:
         return sorted(items, key=lambda item: item.seq)
 
     def live_threads(self) -> list[str]:
-        """Threads with a submission that is queued, ready, running or terminalizing.
+        """Threads with a submission that is running, terminalizing, or queued or ready and
+        not held behind a suspended head.
 
         Read through the live range of the partial index ``tl_submissions_open``: suspended,
-        Unknown and joined submissions are not visited, so the cost follows live work, not
-        sleeping Threads.
+        Unknown and joined submissions, and the input held behind a suspended head, are not
+        visited, so the cost follows live work, not sleeping or waiting Threads.
         """
         return [str(row["thread_id"]) for row in self.storage.exec(_LIVE_THREADS)]
 
@@ -239,7 +241,7 @@ class Ledger:
             return Admission(self.get(submission_id), created=True)
 
         # A new submission is a real new fact for the native lane, not a replayed hint.
-        return commit_fact(self.gate, write)
+        return commit_fact(self.gate, write, thread=thread_id)
 
     def _replayed(self, thread_id: str, key: str, input_digest: str) -> Submission | None:
         row = self.storage.exec(_BY_KEY, thread_id, key).first()
@@ -282,7 +284,7 @@ class Ledger:
                 raise Conflict("the submission changed while it was being aborted")
             return self.get(submission_id)
 
-        return commit_fact(self.gate, write, (NATIVE, PUBLICATION))
+        return commit_fact(self.gate, write, (NATIVE, PUBLICATION), thread=current.thread_id)
 
     def decide_approval(
         self, submission_id: str, key: str, *, approved: bool, payload: JsonValue = None
@@ -314,7 +316,7 @@ class Ledger:
             self._wake_if_unblocked(current, now)
             return decision
 
-        return commit_fact(self.gate, write)
+        return commit_fact(self.gate, write, thread=current.thread_id)
 
     def resolve_unknown(
         self, submission_id: str, action: Resolution | str, result: JsonValue = None
@@ -357,7 +359,7 @@ class Ledger:
             self._wake_if_unblocked(current, now)
             return self.get(submission_id)
 
-        return commit_fact(self.gate, write)
+        return commit_fact(self.gate, write, thread=current.thread_id)
 
     def _check_value(self, value: JsonValue, *, field: str) -> str:
         """``value`` as JSON within ``max_json_depth`` and ``max_value_bytes``."""
@@ -371,7 +373,8 @@ class Ledger:
         if waits.open_waits(self.storage, current.id):
             return
         if not transitions.move(self.storage, current.id, state=current.state,
-                                revision=current.revision, to=SubmissionState.READY, now=now):
+                                revision=current.revision, to=SubmissionState.READY, now=now,
+                                thread_id=current.thread_id):
             raise Conflict("the submission changed while its wait was being resolved")
 
 

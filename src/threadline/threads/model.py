@@ -142,6 +142,9 @@ class WorkItem:
     lease_expires_at: int | None
     #: Who holds the claim of a running submission (see ``runtime.lease_owner``).
     lease_owner: str | None = None
+    #: Out of the live range of the open-work index: a waiting state, or input held behind a
+    #: suspended head (see ``transitions.hold_followers``).
+    dormant: bool = False
 
 
 @dataclass(frozen=True, slots=True)

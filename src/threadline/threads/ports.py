@@ -23,8 +23,10 @@ class MutationGate(Protocol):
         *,
         lanes: Sequence[str] = (),
         invalidates_recovery: bool = True,
+        threads: Sequence[str] | None = None,
     ) -> T:
-        """Run ``fn`` in one storage transaction with the gate's bookkeeping."""
+        """Run ``fn`` in one storage transaction with the gate's bookkeeping; ``threads``
+        names every Thread whose open work ``fn`` may change (None: not known)."""
         ...
 
     def schedule(self, lane_id: str, due_at: int, progress_cursor: int | None = None) -> None:
@@ -49,14 +51,21 @@ class Failpoints(Protocol):
 
 
 
-def commit_fact(gate: MutationGate, fn: Callable[[], T], lanes: Sequence[str] = (NATIVE,)) -> T:
+def commit_fact(
+    gate: MutationGate,
+    fn: Callable[[], T],
+    lanes: Sequence[str] = (NATIVE,),
+    *,
+    thread: str | None = None,
+) -> T:
     """Commit ``fn`` as a real new fact for ``lanes``: its rows, their progress and the alarm.
 
     One transaction through the gate. The body is synchronous, so its facts and their
     enrollment commit together; the gate's prearm (the crash fallback of bodies that await)
     would only enroll the same lanes a second time, so it is skipped. Recording progress
     advances the generation for native (and publication) work and replenishes the lanes'
-    retry budget, as a new fact should.
+    retry budget, as a new fact should. ``thread``, when ``fn`` changes the open work of that
+    Thread only, lets a running pass read just that Thread again.
     """
 
     def body() -> T:
@@ -64,7 +73,8 @@ def commit_fact(gate: MutationGate, fn: Callable[[], T], lanes: Sequence[str] = 
         gate.record_progress(lanes)
         return result
 
-    return gate.mutate(body, invalidates_recovery=False)
+    return gate.mutate(body, invalidates_recovery=False,
+                       threads=None if thread is None else (thread,))
 
 
 __all__ = ["MESSAGES", "NATIVE", "PUBLICATION", "Failpoints", "MutationGate", "commit_fact"]

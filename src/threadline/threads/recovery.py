@@ -323,7 +323,8 @@ class Recovery:
             for wait in due:
                 waits.resolve(self.storage, wait.id, decision_json=None, now=now)
             if not transitions.move(self.storage, item.submission_id, state=item.state,
-                                    revision=item.revision, to=SubmissionState.READY, now=now):
+                                    revision=item.revision, to=SubmissionState.READY, now=now,
+                                    thread_id=item.thread_id):
                 raise _Stale
 
         commit_fact(self.gate, write)

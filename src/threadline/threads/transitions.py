@@ -17,6 +17,7 @@ from threadline.threads.model import (
     LossCause,
     Outcome,
     SubmissionState,
+    WorkItem,
     decode_json,
     encode_json,
 )
@@ -60,6 +61,21 @@ _COUNT_LOSS = (
     "UPDATE tl_submissions SET losses = losses + 1, loss_streak = ?, loss_position = ?,"
     " loss_cause = ? WHERE id = ? AND state = 'running' AND revision = ?"
 )
+# Queued input behind a suspended head leaves the live range with it (see hold_followers):
+# one range of the open-work index, and only while that head is still suspended at the revision
+# the pass saw. Releasing reads the Thread's dormant range: its held input and its waits.
+_HOLD = (
+    "UPDATE tl_submissions INDEXED BY tl_submissions_open SET dormant = 1"
+    " WHERE settled_at IS NULL AND dormant = 0 AND thread_id = ? AND seq > ?"
+    " AND state IN ('queued', 'ready')"
+    " AND EXISTS (SELECT 1 FROM tl_submissions WHERE id = ? AND state = 'suspended'"
+    " AND revision = ?)"
+)
+_RELEASE = (
+    "UPDATE tl_submissions INDEXED BY tl_submissions_open SET dormant = 0"
+    " WHERE settled_at IS NULL AND dormant = 1 AND thread_id = ?"
+    " AND state IN ('queued', 'ready')"
+)
 _APPLY_ABORT = (
     "UPDATE tl_abort_intents SET state = 'applied', applied_at = ?"
     " WHERE submission_id = ? AND state = 'accepted'"
@@ -71,6 +87,7 @@ _READ_INTENT_REASON = "SELECT state, reason FROM tl_abort_intents WHERE submissi
 SETTLED_KIND = "submission.settled"
 
 #: Open states that wait on the outside world: out of the live index (``dormant = 1``).
+#: Queued or ready input behind a suspended head may be dormant too (:func:`hold_followers`).
 DORMANT = frozenset({SubmissionState.SUSPENDED, SubmissionState.UNKNOWN, SubmissionState.JOINED})
 
 
@@ -102,14 +119,19 @@ def move(
     not_before: int | None = None,
     refund_attempt: bool = False,
     error: JsonValue = None,
+    thread_id: str | None = None,
 ) -> bool:
     """Move an open submission to another open state, dropping any lease.
 
     ``refund_attempt`` un-charges the attempt a yielded claim took; ``error`` keeps the last
-    failure visible on a submission waiting to be retried.
+    failure visible on a submission waiting to be retried. A move out of ``suspended``
+    releases the input held behind it (:func:`release_followers`), so it needs the
+    submission's ``thread_id``.
     """
     if to is SubmissionState.SETTLED:
         raise ValueError("use settle() to settle a submission")
+    if state is SubmissionState.SUSPENDED and thread_id is None:
+        raise ValueError("a move out of suspended releases its Thread's input: name the thread")
     dormant = to in DORMANT
     crossing = (_MOVE_ACROSS, to.value, int(dormant)) if dormant != (state in DORMANT) else (
         _MOVE, to.value)
@@ -123,7 +145,11 @@ def move(
         state.value,
         revision,
     ).changed
-    return written == 1
+    if written != 1:
+        return False
+    if thread_id is not None and state is SubmissionState.SUSPENDED:
+        release_followers(storage, thread_id)
+    return True
 
 
 def lose(
@@ -186,6 +212,8 @@ def settle(
     ).changed
     if written != 1:
         return False
+    if state is SubmissionState.SUSPENDED:
+        release_followers(storage, thread_id)
     waits.cancel_open(storage, submission_id, now=now)
     storage.exec(_APPLY_ABORT, now, submission_id)
     body: dict[str, JsonValue] = {"submission_id": submission_id, "outcome": outcome.value}
@@ -203,6 +231,26 @@ def settle(
         now=now,
     )
     return True
+
+
+def hold_followers(storage: Storage, head: WorkItem) -> int:
+    """Make the queued or ready input behind ``head``, a suspended head, dormant; how many.
+
+    Nothing behind it can run before it leaves the suspension, and that is the only thing
+    that ends the hold: every move or settlement out of ``suspended`` releases the Thread's
+    held input in the same statements (:func:`release_followers`). So a Thread waiting on an
+    approval or a far timer is not read by every actionable pass; its wait brings it back (a
+    decision or an abort is a gate transaction naming the Thread, a timer falls due through
+    the open waits' due index). Compare-and-set: nothing is held unless ``head`` is still
+    suspended at its revision. Run it inside a transaction.
+    """
+    return storage.exec(_HOLD, head.thread_id, head.seq, head.submission_id,
+                        head.revision).changed
+
+
+def release_followers(storage: Storage, thread_id: str) -> int:
+    """Make the Thread's held input live again (see :func:`hold_followers`); how many."""
+    return storage.exec(_RELEASE, thread_id).changed
 
 
 def abort_accepted(storage: Storage, submission_id: str) -> bool:
@@ -236,7 +284,9 @@ __all__ = [
     "accepted_abort",
     "claim",
     "count_loss",
+    "hold_followers",
     "lose",
     "move",
+    "release_followers",
     "settle",
 ]

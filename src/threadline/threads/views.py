@@ -35,7 +35,7 @@ _THREAD = _THREAD_COLUMNS + " WHERE t.id = ?"
 # The same predicate as the partial index tl_submissions_open: it reads open work only.
 _OPEN_PAGE = (
     "SELECT id, thread_id, seq, agent, state, revision, attempts, not_before, lease_expires_at,"
-    " lease_owner FROM tl_submissions INDEXED BY tl_submissions_open"
+    " lease_owner, dormant FROM tl_submissions INDEXED BY tl_submissions_open"
     " WHERE settled_at IS NULL AND dormant IN (0, 1)"
     " AND thread_id = ? ORDER BY seq LIMIT ?"
 )

@@ -126,7 +126,8 @@ def test_dormant_follows_every_move(storage: SqliteStorage, to: SubmissionState)
         storage.exec(_ADMIT, sid, n + 1, None)
         storage.exec("UPDATE tl_submissions SET state = ?, dormant = ? WHERE id = ?",
                      start.value, int(start in transitions.DORMANT), sid)
-        assert transitions.move(storage, sid, state=start, revision=0, to=to, now=5)
+        assert transitions.move(storage, sid, state=start, revision=0, to=to, now=5,
+                                thread_id="t")
         dormant = storage.exec("SELECT dormant FROM tl_submissions WHERE id = ?", sid).scalar()
         assert dormant == int(to in transitions.DORMANT), sid
         live = {row["thread_id"] for row in storage.exec(ledger._LIVE_THREADS)}
