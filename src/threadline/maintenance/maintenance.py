@@ -12,7 +12,8 @@ A pass
    ``last_served_thread``; each dispatched Thread is recovered right before its Attempt. A
    Thread under a recovery fault, or parked on an unregistered agent, is skipped. Its own
    source changes are made under :meth:`MutationGate.native_source`, so they do not dirty
-   the generation it is about to acknowledge.
+   the generation it is about to acknowledge. Storage refusing a cursor write fails the
+   Thread the cursor names (it becomes that Thread's fault), never the pass.
 3. Non-native lanes due at the start and not held by a mutation in flight get one bounded
    wave each, concurrently with native work (:mod:`threadline.maintenance.lanes`). Once an
    actionable pass's native work and those waves are done, a second round gives every lane
@@ -530,14 +531,31 @@ class Maintenance:
                 tally.cut_short = True
                 return
             await self._fp.reached(SELECT_BEFORE)
-            if durable:
-                self._set_cursor("last_recovered_thread", view.thread_id)
+            stored = not durable or await self._set_cursor(
+                "last_recovered_thread", view)
             await self._fp.reached(SELECT_AFTER)
-            observed.last_recovered = view.thread_id
-            await self._recover(view, tally)
+            if stored:
+                observed.last_recovered = view.thread_id
+                await self._recover(view, tally)
 
-    def _set_cursor(self, name: str, thread_id: str) -> None:
-        self._storage.transaction(lambda: generation.set_cursor(self._storage, name, thread_id))
+    async def _set_cursor(self, name: str, view: ThreadView) -> bool:
+        """Store a round-robin cursor at ``view``'s Thread; False when storage refused it.
+
+        The refusal is that Thread's problem, not the pass's: it becomes the Thread's fault
+        (logged, retried at the fault's backoff) and the Thread is left alone this time, as
+        when storage refuses its dispatch (:meth:`_blocked`). Failing the pass would cancel
+        the Attempts of every other Thread running.
+        """
+        thread_id = view.thread_id
+        try:
+            self._storage.transaction(
+                lambda: generation.set_cursor(self._storage, name, thread_id))
+        except ThreadlineError as exc:
+            self._log(f"threadline: could not store the maintenance cursor {name}"
+                      f" ({type(exc).__name__}); thread {thread_id!r} is retried after a backoff")
+            await self._blocked(view, exc)
+            return False
+        return True
 
     async def _recover(self, view: ThreadView, tally: _Tally) -> bool:
         """Run recovery for one Thread and commit its fault status; True when not blocked."""
@@ -567,7 +585,8 @@ class Maintenance:
         The cursor is stored before the Attempts start only when some runnable Thread is left
         out: then it is what keeps an eviction mid-Attempt from favouring the same Threads
         again. When every runnable Thread is chosen nobody waits behind them, so it is kept
-        in memory only (a row written per dispatch saved).
+        in memory only (a row written per dispatch saved). Should storage refuse the cursor,
+        the Thread it names is not dispatched (see :meth:`_set_cursor`); the others are.
         """
         ordered = sorted(runnable, key=lambda view: view.thread_id)
         last = observed.last_served
@@ -575,10 +594,12 @@ class Maintenance:
                       if last is None or view.thread_id > last), 0)
         chosen = (ordered[pivot:] + ordered[:pivot])[:free]
         await self._fp.reached(SELECT_BEFORE)
-        newest = chosen[-1].thread_id
-        if len(ordered) > len(chosen):
-            self._set_cursor("last_served_thread", newest)
-        observed.last_served = newest
+        newest = chosen[-1]
+        if len(ordered) > len(chosen) and not await self._set_cursor(
+                "last_served_thread", newest):
+            # The Thread the cursor names is faulted and not dispatched; the rest still run.
+            chosen = chosen[:-1]
+        observed.last_served = newest.thread_id
         await self._fp.reached(SELECT_AFTER)
         return chosen
 
