@@ -29,13 +29,21 @@ A pass
    no progress gets a durable native retry (``base * 2^stalls`` capped, jittered); the native
    lane is set to the earliest timed obligation.
 6. **Finish**: the alarm is decided from the due queue under the gate's snapshot (a caught-up
-   pass that ran no wave and saw no producer reuses the earliest due it read at the begin).
+   pass that ran no wave and saw no producer reuses the earliest due it read at the begin);
+   a prompt-pass wake asked for during the pass is spent there (``max(now, earliest due)``
+   instead of the minimum delay, see :meth:`AlarmService.schedule_now`). A retry record
+   left by failures that no longer defers owed native work ends with this success.
 
-A pass that fails (a storage error, say) logs one content-free line, re-arms with backoff for
-the failed generation only (a producer that raced it is due at once) and returns normally, so
-the durable backoff replaces the platform's six automatic retries. Only a defect propagates,
-after the same re-arming; and should the re-arming itself fail (storage unavailable), that
-error propagates too, leaving the platform's own retry as the last resort.
+A pass that fails (a storage error, say) logs one content-free line, backs off durably and
+returns normally, so the durable backoff replaces the platform's six automatic retries. A
+failure in native work backs off the failed generation only. One outside it (before the begin
+read the generation record, a failing registry reconcile, a refused final decision) served
+nothing, so the whole pass waits: every lane due before the retry's ``not_before`` is deferred
+to it. Either way the retry record counts the stalls (``base * 2^stalls`` capped, jittered),
+so the gaps grow across evictions too, and a producer that raced the failure is never
+postponed. Only a defect propagates, after the same re-arming; and should the re-arming
+itself fail (storage unavailable, even for the record's read), that error propagates too,
+leaving the platform's own retry as the last resort.
 """
 
 from __future__ import annotations
@@ -122,6 +130,11 @@ class _Observed:
     fallback: int | None = None
     #: Whether the generation record held a native retry at the begin.
     retry_recorded: bool = True
+    #: Whether that retry no longer deferred owed native work at the begin (a success ends it).
+    retry_stale: bool = False
+    #: The gate's revision when the pass last knew the producers' commits (a failure that a
+    #: producer raced backs nothing off).
+    revision: int = 0
 
 
 @dataclass
@@ -283,7 +296,7 @@ class Maintenance:
         """Run one pass and return its report; see the module docstring."""
         started = self._clock.now_ms()
         before = self._storage.meter.reading()
-        observed = _Observed()
+        observed = _Observed(revision=self._gate.revision)
         tally = _Tally()
         failure: Exception | None = None
         with self._alarm.wakes_deferred():
@@ -331,7 +344,7 @@ class Maintenance:
         with self._gate.snapshot() as active:
             observed.active_at_start = active
             due = self._storage.transaction(lambda: self._begin(started, observed))
-            revision = self._gate.revision
+            revision = observed.revision = self._gate.revision
             enrollments = self._queue.lane_enrollments
         await self._fp.reached(BEGIN_AFTER)
 
@@ -367,12 +380,25 @@ class Maintenance:
         await self._fp.reached(FINISH_BEFORE)
         now = self._clock.now_ms()
         with self._gate.snapshot():
-            if observed.actionable or waves or self._gate.revision != revision:
-                decision = self._alarm.decide(now)
-            else:
+
+            def decide() -> AlarmDecision:
+                if observed.actionable or waves or self._gate.revision != revision:
+                    return self._alarm.decide(now)
                 # Caught up, no wave ran and no producer committed: the lanes are as the
                 # begin read them, so its earliest due decides without a second read.
-                decision = self._alarm.decide_known(now, observed.earliest)
+                return self._alarm.decide_known(now, observed.earliest)
+
+            if observed.retry_recorded and (observed.actionable or observed.retry_stale):
+                # The pass succeeded: a retry left behind by failures ends with it (one
+                # still deferring owed native work stays), so the next failure backs off
+                # from the base again rather than from where a former streak stopped.
+                def finish() -> AlarmDecision:
+                    generation.end_retry(self._storage, now)
+                    return decide()
+
+                decision = self._storage.transaction(finish)
+            else:
+                decision = decide()
         await self._fp.reached(FINISH_AFTER)
         return decision
 
@@ -382,6 +408,8 @@ class Maintenance:
         if current.binding_registry_key != key:
             self._bindings.reconcile(key, stored=current.binding_registry_key)
             current = generation.read_state(self._storage)
+            # The reconcile's own commit is not a producer racing the pass.
+            observed.revision = self._gate.revision
         # One indexed row answers both lane questions while nothing is due: the earliest lane
         # is the next due (for the final decision) and, being later than now, says no lane is.
         observed.earliest = self._queue.next()
@@ -390,6 +418,7 @@ class Maintenance:
         native = next((lane for lane in due if lane.id == NATIVE), None)
         observed.generation = current.dirty
         observed.retry_recorded = current.retry is not None
+        observed.retry_stale = observed.retry_recorded and not current.retry_defers(now)
         observed.nonterminal = current.nonterminal
         observed.last_served = current.last_served_thread
         observed.last_recovered = current.last_recovered_thread
@@ -695,31 +724,65 @@ class Maintenance:
         self._queue.checkpoint_native(native)
 
     async def _rearm_failure(self, observed: _Observed) -> AlarmDecision:
-        """Back off the failed generation only and decide the alarm; see the module docstring."""
+        """Back off the failed pass and decide the alarm; see the module docstring.
+
+        Reads the generation record first: should storage refuse even that (unavailable),
+        the error propagates and the platform's retry is the last resort.
+        """
         await self._fp.reached(RETRY_BEFORE)
         now = self._clock.now_ms()
         with self._gate.snapshot() as active:
 
             def rearm() -> AlarmDecision:
+                current = generation.read_state(self._storage)
                 gen = observed.generation
                 if gen is not None and observed.actionable:
-                    current = generation.read_state(self._storage)
-                    previous = current.retry if (
-                        current.retry is not None and current.retry.generation == gen) else None
-                    stalls = 0 if previous is None else previous.stalls
-                    not_before = max(0 if previous is None else previous.not_before,
-                                     now + backoff_ms(stalls, self._config, self._rng))
+                    not_before, stalls = self._backoff(current, gen, now)
                     generation.set_retry(
                         self._storage, NativeRetry(gen, not_before, True, stalls + 1))
                     # A producer that raced the failed observation is never postponed.
                     raced = active > 0 or current.dirty != gen
                     self._queue.checkpoint_native(
                         now + self._alarm.min_delay_ms if raced else not_before)
+                else:
+                    self._back_off_pass(current, observed, now, active)
                 return self._alarm.decide(now)
 
             decision = self._storage.transaction(rearm)
         await self._fp.reached(RETRY_AFTER)
         return decision
+
+    def _back_off_pass(
+        self, current: generation.MaintenanceState, observed: _Observed, now: int, active: int
+    ) -> None:
+        """Back off a pass that failed outside native work, before its begin read the record
+        (storage refusing that read, a failing registry reconcile), say: it served nothing, so
+        the whole pass waits. The retry record of the current generation counts the stalls
+        (durable: a new incarnation goes on from them) and every lane due before its
+        ``not_before`` is deferred to it, so that nothing rebuilt from the queue arms the
+        alarm sooner. A producer that committed during the pass is never postponed: then
+        nothing is backed off; nor is anything when no lane is due at all (nothing is owed).
+        """
+        raced = (active > 0 or self._gate.revision != observed.revision
+                 or (observed.generation is not None and current.dirty != observed.generation))
+        if raced or self._queue.next() is None:
+            return
+        gen = current.dirty
+        not_before, stalls = self._backoff(current, gen, now)
+        generation.set_retry(self._storage, NativeRetry(gen, not_before, False, stalls + 1))
+        self._queue.defer(not_before)
+
+    def _backoff(
+        self, current: generation.MaintenanceState, gen: int, now: int
+    ) -> tuple[int, int]:
+        """``(not_before, stalls so far)`` for one more failure of generation ``gen``: the
+        jittered ``base * 2^stalls`` from now, never earlier than the retry already recorded."""
+        retry = current.retry
+        previous = retry if retry is not None and retry.generation == gen else None
+        stalls = 0 if previous is None else previous.stalls
+        not_before = max(0 if previous is None else previous.not_before,
+                         now + backoff_ms(stalls, self._config, self._rng))
+        return not_before, stalls
 
     def _keep(self, report: PassReport) -> None:
         try:
