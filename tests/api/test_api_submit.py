@@ -93,13 +93,15 @@ def test_admission_asks_for_a_prompt_pass(api: Api, clock: ManualClock) -> None:
     assert api.storage.known_alarm() == now
 
 
-def test_the_wake_is_dropped_while_a_pass_runs_but_the_fallback_stands(
+def test_the_wake_is_deferred_while_a_pass_runs_and_armed_when_it_ends(
     api: Api, clock: ManualClock
 ) -> None:
     now = clock.now_ms()
     with api.space.scheduler.alarm.wakes_deferred():
         assert api.submit("t1", {"text": "hi"}, agent="echo").status == 202
-    assert api.storage.known_alarm() == now + api.app.config.min_alarm_delay_ms
+        # Under the running pass only the admission's own fallback alarm is written.
+        assert api.storage.known_alarm() == now + api.app.config.min_alarm_delay_ms
+    assert api.storage.known_alarm() == now
 
 
 def test_a_replay_does_not_touch_the_alarm(api: Api, clock: ManualClock) -> None:

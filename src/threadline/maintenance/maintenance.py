@@ -12,7 +12,8 @@ A pass
    ``last_served_thread``; each dispatched Thread is recovered right before its Attempt. A
    Thread under a recovery fault, or parked on an unregistered agent, is skipped. Its own
    source changes are made under :meth:`MutationGate.native_source`, so they do not dirty
-   the generation it is about to acknowledge.
+   the generation it is about to acknowledge. Storage refusing a cursor write fails the
+   Thread the cursor names (it becomes that Thread's fault), never the pass.
 3. Non-native lanes due at the start and not held by a mutation in flight get one bounded
    wave each, concurrently with native work (:mod:`threadline.maintenance.lanes`). Once an
    actionable pass's native work and those waves are done, a second round gives every lane
@@ -29,13 +30,21 @@ A pass
    lane is set to the earliest timed obligation. Input queued behind a suspended head is
    taken out of the live range there, until that head leaves the suspension.
 6. **Finish**: the alarm is decided from the due queue under the gate's snapshot (a caught-up
-   pass that ran no wave and saw no producer reuses the earliest due it read at the begin).
+   pass that ran no wave and saw no producer reuses the earliest due it read at the begin);
+   a prompt-pass wake asked for during the pass is spent there (``max(now, earliest due)``
+   instead of the minimum delay, see :meth:`AlarmService.schedule_now`). A retry record
+   left by failures that no longer defers owed native work ends with this success.
 
-A pass that fails (a storage error, say) logs one content-free line, re-arms with backoff for
-the failed generation only (a producer that raced it is due at once) and returns normally, so
-the durable backoff replaces the platform's six automatic retries. Only a defect propagates,
-after the same re-arming; and should the re-arming itself fail (storage unavailable), that
-error propagates too, leaving the platform's own retry as the last resort.
+A pass that fails (a storage error, say) logs one content-free line, backs off durably and
+returns normally, so the durable backoff replaces the platform's six automatic retries. A
+failure in native work backs off the failed generation only. One outside it (before the begin
+read the generation record, a failing registry reconcile, a refused final decision) served
+nothing, so the whole pass waits: every lane due before the retry's ``not_before`` is deferred
+to it. Either way the retry record counts the stalls (``base * 2^stalls`` capped, jittered),
+so the gaps grow across evictions too, and a producer that raced the failure is never
+postponed. Only a defect propagates, after the same re-arming; and should the re-arming
+itself fail (storage unavailable, even for the record's read), that error propagates too,
+leaving the platform's own retry as the last resort.
 """
 
 from __future__ import annotations
@@ -122,6 +131,11 @@ class _Observed:
     fallback: int | None = None
     #: Whether the generation record held a native retry at the begin.
     retry_recorded: bool = True
+    #: Whether that retry no longer deferred owed native work at the begin (a success ends it).
+    retry_stale: bool = False
+    #: The gate's revision when the pass last knew the producers' commits (a failure that a
+    #: producer raced backs nothing off).
+    revision: int = 0
 
 
 @dataclass
@@ -326,7 +340,7 @@ class Maintenance:
         """Run one pass and return its report; see the module docstring."""
         started = self._clock.now_ms()
         before = self._storage.meter.reading()
-        observed = _Observed()
+        observed = _Observed(revision=self._gate.revision)
         tally = _Tally()
         failure: Exception | None = None
         with self._alarm.wakes_deferred():
@@ -374,7 +388,7 @@ class Maintenance:
         with self._gate.snapshot() as active:
             observed.active_at_start = active
             due = self._storage.transaction(lambda: self._begin(started, observed))
-            revision = self._gate.revision
+            revision = observed.revision = self._gate.revision
             enrollments = self._queue.lane_enrollments
         await self._fp.reached(BEGIN_AFTER)
 
@@ -410,12 +424,25 @@ class Maintenance:
         await self._fp.reached(FINISH_BEFORE)
         now = self._clock.now_ms()
         with self._gate.snapshot():
-            if observed.actionable or waves or self._gate.revision != revision:
-                decision = self._alarm.decide(now)
-            else:
+
+            def decide() -> AlarmDecision:
+                if observed.actionable or waves or self._gate.revision != revision:
+                    return self._alarm.decide(now)
                 # Caught up, no wave ran and no producer committed: the lanes are as the
                 # begin read them, so its earliest due decides without a second read.
-                decision = self._alarm.decide_known(now, observed.earliest)
+                return self._alarm.decide_known(now, observed.earliest)
+
+            if observed.retry_recorded and (observed.actionable or observed.retry_stale):
+                # The pass succeeded: a retry left behind by failures ends with it (one
+                # still deferring owed native work stays), so the next failure backs off
+                # from the base again rather than from where a former streak stopped.
+                def finish() -> AlarmDecision:
+                    generation.end_retry(self._storage, now)
+                    return decide()
+
+                decision = self._storage.transaction(finish)
+            else:
+                decision = decide()
         await self._fp.reached(FINISH_AFTER)
         return decision
 
@@ -425,6 +452,8 @@ class Maintenance:
         if current.binding_registry_key != key:
             self._bindings.reconcile(key, stored=current.binding_registry_key)
             current = generation.read_state(self._storage)
+            # The reconcile's own commit is not a producer racing the pass.
+            observed.revision = self._gate.revision
         # One indexed row answers both lane questions while nothing is due: the earliest lane
         # is the next due (for the final decision) and, being later than now, says no lane is.
         observed.earliest = self._queue.next()
@@ -433,6 +462,7 @@ class Maintenance:
         native = next((lane for lane in due if lane.id == NATIVE), None)
         observed.generation = current.dirty
         observed.retry_recorded = current.retry is not None
+        observed.retry_stale = observed.retry_recorded and not current.retry_defers(now)
         observed.nonterminal = current.nonterminal
         observed.last_served = current.last_served_thread
         observed.last_recovered = current.last_recovered_thread
@@ -511,7 +541,7 @@ class Maintenance:
                                 and view.thread_id not in deferred
                                 and view.thread_id not in tasks]
                     if free > 0 and runnable:
-                        for view in await self._select(runnable, free, observed):
+                        for view in await self._select(runnable, free, observed, tally):
                             tally.dispatched += 1
                             tasks[view.thread_id] = asyncio.ensure_future(
                                 self._attempt(view, yield_after, tally))
@@ -584,14 +614,31 @@ class Maintenance:
                 tally.cut_short = True
                 return
             await self._fp.reached(SELECT_BEFORE)
-            if durable:
-                self._set_cursor("last_recovered_thread", view.thread_id)
+            stored = not durable or await self._set_cursor(
+                "last_recovered_thread", view, tally)
             await self._fp.reached(SELECT_AFTER)
-            observed.last_recovered = view.thread_id
-            await self._recover(view, tally)
+            if stored:
+                observed.last_recovered = view.thread_id
+                await self._recover(view, tally)
 
-    def _set_cursor(self, name: str, thread_id: str) -> None:
-        self._storage.transaction(lambda: generation.set_cursor(self._storage, name, thread_id))
+    async def _set_cursor(self, name: str, view: ThreadView, tally: _Tally) -> bool:
+        """Store a round-robin cursor at ``view``'s Thread; False when storage refused it.
+
+        The refusal is that Thread's problem, not the pass's: it becomes the Thread's fault
+        (logged, retried at the fault's backoff) and the Thread is left alone this time, as
+        when storage refuses its dispatch (:meth:`_blocked`). Failing the pass would cancel
+        the Attempts of every other Thread running.
+        """
+        thread_id = view.thread_id
+        try:
+            self._storage.transaction(
+                lambda: generation.set_cursor(self._storage, name, thread_id))
+        except ThreadlineError as exc:
+            self._log(f"threadline: could not store the maintenance cursor {name}"
+                      f" ({type(exc).__name__}); thread {thread_id!r} is retried after a backoff")
+            await self._blocked(view, exc, tally)
+            return False
+        return True
 
     async def _recover(self, view: ThreadView, tally: _Tally) -> bool:
         """Run recovery for one Thread and commit its fault status; True when not blocked."""
@@ -660,14 +707,15 @@ class Maintenance:
         return fault is None
 
     async def _select(
-        self, runnable: list[ThreadView], free: int, observed: _Observed
+        self, runnable: list[ThreadView], free: int, observed: _Observed, tally: _Tally
     ) -> list[ThreadView]:
         """Choose up to ``free`` Threads round-robin after ``last_served_thread``.
 
         The cursor is stored before the Attempts start only when some runnable Thread is left
         out: then it is what keeps an eviction mid-Attempt from favouring the same Threads
         again. When every runnable Thread is chosen nobody waits behind them, so it is kept
-        in memory only (a row written per dispatch saved).
+        in memory only (a row written per dispatch saved). Should storage refuse the cursor,
+        the Thread it names is not dispatched (see :meth:`_set_cursor`); the others are.
         """
         ordered = sorted(runnable, key=lambda view: view.thread_id)
         last = observed.last_served
@@ -675,10 +723,12 @@ class Maintenance:
                       if last is None or view.thread_id > last), 0)
         chosen = (ordered[pivot:] + ordered[:pivot])[:free]
         await self._fp.reached(SELECT_BEFORE)
-        newest = chosen[-1].thread_id
-        if len(ordered) > len(chosen):
-            self._set_cursor("last_served_thread", newest)
-        observed.last_served = newest
+        newest = chosen[-1]
+        if len(ordered) > len(chosen) and not await self._set_cursor(
+                "last_served_thread", newest, tally):
+            # The Thread the cursor names is faulted and not dispatched; the rest still run.
+            chosen = chosen[:-1]
+        observed.last_served = newest.thread_id
         await self._fp.reached(SELECT_AFTER)
         return chosen
 
@@ -800,31 +850,65 @@ class Maintenance:
         return stood
 
     async def _rearm_failure(self, observed: _Observed) -> AlarmDecision:
-        """Back off the failed generation only and decide the alarm; see the module docstring."""
+        """Back off the failed pass and decide the alarm; see the module docstring.
+
+        Reads the generation record first: should storage refuse even that (unavailable),
+        the error propagates and the platform's retry is the last resort.
+        """
         await self._fp.reached(RETRY_BEFORE)
         now = self._clock.now_ms()
         with self._gate.snapshot() as active:
 
             def rearm() -> AlarmDecision:
+                current = generation.read_state(self._storage)
                 gen = observed.generation
                 if gen is not None and observed.actionable:
-                    current = generation.read_state(self._storage)
-                    previous = current.retry if (
-                        current.retry is not None and current.retry.generation == gen) else None
-                    stalls = 0 if previous is None else previous.stalls
-                    not_before = max(0 if previous is None else previous.not_before,
-                                     now + backoff_ms(stalls, self._config, self._rng))
+                    not_before, stalls = self._backoff(current, gen, now)
                     generation.set_retry(
                         self._storage, NativeRetry(gen, not_before, True, stalls + 1))
                     # A producer that raced the failed observation is never postponed.
                     raced = active > 0 or current.dirty != gen
                     self._queue.checkpoint_native(
                         now + self._alarm.min_delay_ms if raced else not_before)
+                else:
+                    self._back_off_pass(current, observed, now, active)
                 return self._alarm.decide(now)
 
             decision = self._storage.transaction(rearm)
         await self._fp.reached(RETRY_AFTER)
         return decision
+
+    def _back_off_pass(
+        self, current: generation.MaintenanceState, observed: _Observed, now: int, active: int
+    ) -> None:
+        """Back off a pass that failed outside native work, before its begin read the record
+        (storage refusing that read, a failing registry reconcile), say: it served nothing, so
+        the whole pass waits. The retry record of the current generation counts the stalls
+        (durable: a new incarnation goes on from them) and every lane due before its
+        ``not_before`` is deferred to it, so that nothing rebuilt from the queue arms the
+        alarm sooner. A producer that committed during the pass is never postponed: then
+        nothing is backed off; nor is anything when no lane is due at all (nothing is owed).
+        """
+        raced = (active > 0 or self._gate.revision != observed.revision
+                 or (observed.generation is not None and current.dirty != observed.generation))
+        if raced or self._queue.next() is None:
+            return
+        gen = current.dirty
+        not_before, stalls = self._backoff(current, gen, now)
+        generation.set_retry(self._storage, NativeRetry(gen, not_before, False, stalls + 1))
+        self._queue.defer(not_before)
+
+    def _backoff(
+        self, current: generation.MaintenanceState, gen: int, now: int
+    ) -> tuple[int, int]:
+        """``(not_before, stalls so far)`` for one more failure of generation ``gen``: the
+        jittered ``base * 2^stalls`` from now, never earlier than the retry already recorded."""
+        retry = current.retry
+        previous = retry if retry is not None and retry.generation == gen else None
+        stalls = 0 if previous is None else previous.stalls
+        not_before = max(0 if previous is None else previous.not_before,
+                         now + backoff_ms(stalls, self._config, self._rng))
+        return not_before, stalls
 
     def _keep(self, report: PassReport) -> None:
         try:

@@ -20,11 +20,12 @@ the slot. Exact decisions never consult the view.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from enum import StrEnum
 
 from threadline.clock import Clock
 from threadline.config import RuntimeConfig
+from threadline.errors import ThreadlineError
 from threadline.scheduling.due_queue import DueQueue, backoff_ms
 from threadline.storage.port import Storage
 
@@ -49,6 +50,8 @@ class AlarmService:
         # In-memory only: a fresh incarnation runs no pass, and a wake dropped with it was a
         # hint on top of an alarm that was already committed.
         self._passes = 0
+        #: A wake asked for while a pass ran, not yet spent by a decision (see schedule_now).
+        self._woken = False
 
     @property
     def min_delay_ms(self) -> int:
@@ -93,9 +96,15 @@ class AlarmService:
         """The pass's exact decision: arm ``max(earliest due, now + min_delay)`` or clear.
 
         Unlike :meth:`ensure_by` this may move the slot later: it runs where the queue has just
-        been checkpointed, so a later slot is the truth rather than a lost wake.
+        been checkpointed, so a later slot is the truth rather than a lost wake. A wake asked
+        for during the pass (:meth:`schedule_now`) is spent here: the slot is then armed
+        ``max(earliest due, now)``, as the wake would have armed it between passes.
         """
-        return self._storage.transaction(lambda: self._apply(self._bound(now)))
+        prompt = self._woken
+        decision = self._storage.transaction(
+            lambda: self._apply(self._bound(now, prompt=prompt)))
+        self._spent(prompt)
+        return decision
 
     def decide_known(self, now: int, earliest: int | None) -> AlarmDecision:
         """:meth:`decide` from an ``earliest`` due the caller read itself.
@@ -104,8 +113,19 @@ class AlarmService:
         commit meanwhile (the gate's revision is unchanged): the queue is then what it read,
         and the decision saves the read.
         """
-        at = max(earliest, now + self.min_delay_ms) if earliest is not None else None
-        return self._storage.transaction(lambda: self._apply(at))
+        prompt = self._woken
+        at = None if earliest is None else max(
+            earliest, now if prompt else now + self.min_delay_ms)
+        decision = self._storage.transaction(lambda: self._apply(at))
+        self._spent(prompt)
+        return decision
+
+    def _spent(self, prompt: bool) -> None:
+        # Only once the decision committed: a decision rolled back leaves the wake to the
+        # next one (the failure re-arming, say). Transactions are synchronous, so no wake
+        # can arrive between the read of the flag and here.
+        if prompt:
+            self._woken = False
 
     def _apply(self, bound: int | None) -> AlarmDecision:
         if bound is None:
@@ -115,15 +135,20 @@ class AlarmService:
         return AlarmDecision.REARMED
 
     def schedule_now(self) -> None:
-        """Ask for a prompt pass if anything is due; a droppable hint.
+        """Ask for a prompt pass if anything is due: arm ``max(now, earliest due)``.
 
-        It does nothing while a pass runs: writing an earlier alarm under a running handler
-        may cancel it on the platform, and the pass's final decision observes the durable
-        queue and generation anyway, so nothing is lost by dropping the hint.
+        A hint: the producer's own commit already armed the alarm a minimum delay away.
+        While a pass runs it writes nothing (writing an earlier alarm under a running handler
+        may cancel it on the platform); it is deferred instead, and spent by the pass's
+        final decision (:meth:`decide`), or armed as the pass ends when it arrived after that
+        decision. Deferred, it costs one pass at most, so it cannot make the alarm spin.
         """
         if self._passes > 0:
+            self._woken = True
             return
+        self._arm_now()
 
+    def _arm_now(self) -> None:
         def arm() -> None:
             earliest = self._queue.next()
             if earliest is not None:
@@ -133,20 +158,34 @@ class AlarmService:
 
     @contextmanager
     def wakes_deferred(self) -> Iterator[None]:
-        """Run a maintenance pass body with :meth:`schedule_now` deferred (usable around awaits)."""
+        """Run a maintenance pass body with :meth:`schedule_now` deferred (usable around awaits).
+
+        A wake the body's decision did not spend is armed when the last pass ends normally;
+        a body that raised drops it (its own failure handling decided the alarm, or could not).
+        """
         self._passes += 1
+        ended = False
         try:
             yield
+            ended = True
         finally:
             self._passes -= 1
+            woken = self._woken and self._passes == 0
+            if self._passes == 0:
+                self._woken = False
+        if ended and woken:
+            # Droppable: should storage refuse it, the producer's own alarm still stands.
+            with suppress(ThreadlineError):
+                self._arm_now()
 
-    def _bound(self, now: int | None) -> int | None:
-        """``max(earliest due, now + min_delay)``, or None when no lane is due."""
+    def _bound(self, now: int | None, *, prompt: bool = False) -> int | None:
+        """``max(earliest due, now + min_delay)`` (``now`` when ``prompt``), or None when no
+        lane is due."""
         earliest = self._queue.next()
         if earliest is None:
             return None
         at = self._clock.now_ms() if now is None else now
-        return max(earliest, at + self.min_delay_ms)
+        return max(earliest, at if prompt else at + self.min_delay_ms)
 
     def cancel(self) -> None:
         """Empty the slot. Correctness-sensitive clears go through :meth:`decide` instead."""

@@ -117,6 +117,10 @@ UPDATE tl_lanes SET stalls = 0, state = 'due', reported = 0,
 WHERE id = ? AND due_at IS NOT NULL
     AND (stalls <> 0 OR state <> 'due' OR reported <> 0 OR due_at > ? OR not_before > ?)
 """
+# Only ``due_at``: a deferral is neither a claim (no stall charged, no retry floor) nor an
+# enrollment (no revision), so a producer still makes the lane due earlier, and a wave's fence
+# still holds.
+_DEFER = "UPDATE tl_lanes SET due_at = ? WHERE due_at IS NOT NULL AND due_at < ?"
 _MARK_REPORTED = """
 UPDATE tl_lanes SET reported = 1 WHERE id = ? AND state = 'parked' AND reported = 0
 """
@@ -345,6 +349,17 @@ class DueQueue:
             # is registered idle and set once more).
             if changed or self._storage.exec(_REGISTER, NATIVE).changed == 0:
                 return
+
+    def defer(self, until: int) -> int:
+        """Make every lane due before ``until`` due at ``until``; return how many moved.
+
+        For a maintenance pass that failed before it could serve any lane: the whole pass is
+        backed off, and the queue (not only the slot) says so, so that nothing rebuilt from
+        it (a start-up, a later decision) arms the alarm before ``until``. Nothing else about
+        the lanes changes (see ``_DEFER``): a producer enrolling one afterwards is not
+        postponed.
+        """
+        return self._storage.exec(_DEFER, int(until), int(until)).changed
 
     def take_parked_reports(self) -> list[Lane]:
         """The parked lanes not reported yet, each marked reported so a parking is reported once.

@@ -55,6 +55,14 @@ UPDATE tl_maintenance SET retry_generation = NULL, retry_not_before = NULL,
     retry_native_only = NULL, retry_stalls = NULL
 WHERE id = 1 AND retry_generation IS NOT NULL
 """
+# A retry that no longer defers owed native work (its generation is processed or obsolete,
+# or its time has come) ends; one still deferring it is kept.
+_END_RETRY = """
+UPDATE tl_maintenance SET retry_generation = NULL, retry_not_before = NULL,
+    retry_native_only = NULL, retry_stalls = NULL
+WHERE id = 1 AND retry_generation IS NOT NULL
+    AND (retry_generation <> dirty OR processed >= dirty OR retry_not_before <= ?)
+"""
 _SET_CURSOR = {
     "last_served_thread": (
         "UPDATE tl_maintenance SET last_served_thread = ?"
@@ -84,7 +92,11 @@ WHERE id = 1 AND recovery_event_ack = ? AND recovery_event_seq >= ?
 
 @dataclass(frozen=True, slots=True)
 class NativeRetry:
-    """A durable backoff of native work for one generation; a newer generation obsoletes it."""
+    """A durable backoff of native work for one generation; a newer generation obsoletes it.
+
+    ``native_only`` is False when a pass failed outside native work and was backed off as a
+    whole (its due lanes deferred to ``not_before`` as well).
+    """
 
     generation: int
     not_before: int
@@ -112,6 +124,12 @@ class MaintenanceState:
         """The retry if it still applies (it was recorded for the current ``dirty``)."""
         retry = self.retry
         return retry if retry is not None and retry.generation == self.dirty else None
+
+    def retry_defers(self, now: int) -> bool:
+        """True while the native retry defers owed native work at ``now``: it was recorded
+        for the current generation, which is not processed, and ``not_before`` is ahead."""
+        retry = self.pending_retry
+        return retry is not None and self.processed < self.dirty and retry.not_before > now
 
     @property
     def recovery_events_pending(self) -> bool:
@@ -213,6 +231,16 @@ def clear_retry(storage: Storage) -> bool:
     return storage.exec(_CLEAR_RETRY).changed == 1
 
 
+def end_retry(storage: Storage, now: int) -> bool:
+    """After a pass that succeeded: drop the native retry unless it still defers owed native
+    work at ``now`` (:meth:`MaintenanceState.retry_defers`); True when one was dropped.
+
+    The next failure then backs off from the base again. No write when there is nothing to
+    drop, so repeating it changes nothing.
+    """
+    return storage.exec(_END_RETRY, int(now)).changed == 1
+
+
 def set_cursor(storage: Storage, name: str, value: str | None) -> None:
     """Set a round-robin cursor: ``last_served_thread``, ``last_recovered_thread`` or
     ``last_after_native_lane``."""
@@ -257,6 +285,7 @@ __all__ = [
     "append_recovery_events",
     "bump_dirty",
     "clear_retry",
+    "end_retry",
     "ensure_state",
     "read_state",
     "set_binding_registry_key",

@@ -89,8 +89,8 @@ def test_a_failure_backs_a_new_generation_off_afresh(
 def test_a_caught_up_pass_that_fails_owes_no_native_retry(
     raw_storage: SqliteStorage, clock: ManualClock
 ) -> None:
-    """Only an actionable pass has a generation to back off; a caught-up one leaves the
-    generation acknowledged and the slot empty."""
+    """A caught-up pass that fails with nothing due owes nothing: it leaves the generation
+    acknowledged, no retry and the slot empty."""
 
     async def body() -> None:
         obj = Obj(raw_storage, clock, echo_app)

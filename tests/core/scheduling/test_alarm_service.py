@@ -67,9 +67,43 @@ def test_schedule_now_during_a_pass_writes_nothing_and_the_final_decision_covers
         assert (cost.statements, cost.alarm_writes) == (0, 0)
         assert sched.alarm.scheduled() is None
         assert (enrolled - before).rows_written == 1
-        # The pass ends with its explicit decision, which observes the durable queue.
+        # The pass ends with its explicit decision, which observes the durable queue and
+        # spends the deferred wake: the work due now gets the next pass now.
+        assert sched.alarm.decide() is AlarmDecision.REARMED
+        assert sched.alarm.scheduled() == clock.now_ms()
+        # Spent once: a second decision of the same pass keeps the minimum delay.
         assert sched.alarm.decide() is AlarmDecision.REARMED
     assert sched.alarm.passes_running == 0
+    assert sched.alarm.scheduled() == clock.now_ms() + sched.config.min_alarm_delay_ms
+
+
+def test_a_wake_after_the_pass_decision_is_armed_when_the_pass_ends(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock
+) -> None:
+    storage.take_due_alarm(clock.now_ms())
+    with sched.alarm.wakes_deferred():
+        assert sched.alarm.decide() is AlarmDecision.CLEARED
+        sched.due_queue.enroll(HOST, clock.now_ms())
+        sched.alarm.schedule_now()
+        assert sched.alarm.scheduled() is None  # nothing written under the running pass
+    assert sched.alarm.scheduled() == clock.now_ms()
+
+
+def test_a_wake_deferred_by_a_failed_pass_is_dropped(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock
+) -> None:
+    storage.take_due_alarm(clock.now_ms())
+    sched.due_queue.enroll(HOST, clock.now_ms())
+    try:
+        with sched.alarm.wakes_deferred():
+            sched.alarm.schedule_now()
+            raise RuntimeError
+    except RuntimeError:
+        pass
+    assert sched.alarm.scheduled() is None
+    # Nor does it linger into the next pass.
+    with sched.alarm.wakes_deferred():
+        sched.alarm.decide()
     assert sched.alarm.scheduled() == clock.now_ms() + sched.config.min_alarm_delay_ms
 
 

@@ -329,3 +329,23 @@ def test_enroll_reports_false_only_for_a_native_hint_that_moves_nothing(queue: D
     assert queue.enroll("mail", 5_000) is True
     assert queue.enroll("mail", 9_000) is True
     assert queue.enroll("mail", 9_000, progress=True) is True
+
+
+def test_defer_moves_only_lanes_due_before_the_deadline(
+    queue: DueQueue, storage: SqliteStorage
+) -> None:
+    queue.enroll(HOST, 100)
+    queue.enroll("other.lane", 9_000)
+    queue.register("idle.lane")
+    before = _lane(queue)
+    assert queue.defer(5_000) == 1
+    deferred = _lane(queue)
+    assert deferred.due_at == 5_000
+    # Neither a claim nor an enrollment: no stall, no floor, no revision.
+    assert replace(deferred, due_at=before.due_at) == before
+    assert _lane(queue, "other.lane").due_at == 9_000
+    assert _lane(queue, "idle.lane").due_at is None
+    # A producer still makes the lane due earlier.
+    queue.enroll(HOST, 200)
+    assert _lane(queue).due_at == 200
+    assert queue.defer(5_000) == 1 and queue.defer(5_000) == 0

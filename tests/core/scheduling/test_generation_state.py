@@ -134,3 +134,25 @@ def test_appending_no_recovery_events_is_allowed(storage: SqliteStorage) -> None
     assert st.append_recovery_events(storage, 0) == before
     with pytest.raises(SchedulingError, match="negative"):
         st.append_recovery_events(storage, -1)
+
+
+def test_end_retry_drops_a_retry_unless_it_still_defers_owed_native_work(
+    storage: SqliteStorage,
+) -> None:
+    dirty = read_state(storage).dirty  # not processed: native work is owed
+    st.set_retry(storage, NativeRetry(dirty, 5_000, True, 3))
+    assert read_state(storage).retry_defers(4_999)
+    assert not st.end_retry(storage, 4_999)  # still deferring it: kept
+    assert read_state(storage).retry is not None
+    assert st.end_retry(storage, 5_000)  # its time has come
+    assert read_state(storage).retry is None
+    assert not st.end_retry(storage, 5_000)  # nothing left: no write
+    # Processed, or obsoleted by a newer generation: it defers nothing, so it ends.
+    st.set_retry(storage, NativeRetry(dirty, 5_000, False, 2))
+    assert st.acknowledge(storage, dirty)
+    assert not read_state(storage).retry_defers(0)
+    assert st.end_retry(storage, 0)
+    st.set_retry(storage, NativeRetry(dirty, 5_000, True, 2))
+    st.bump_dirty(storage)
+    assert not read_state(storage).retry_defers(0)
+    assert st.end_retry(storage, 0)
