@@ -10,6 +10,7 @@ mapped to the most specific class here at one boundary, the storage adapter, and
     │   ├── StorageValueTooLarge     it refused a value over its row limit (``SQLITE_TOOBIG``)
     │   └── SchemaError              the database schema is unknown, newer, or a migration failed
     ├── SchedulingError              the alarm substrate was misused (gate inside a transaction)
+    │   └── InvalidSchedule          a schedule declaration was refused: id, interval, cron or zone
     ├── ApiError                     a request the HTTP surface rejects; has an HTTP status
     │   ├── ValidationFailed         400/422: malformed JSON, bad ids, schema violations
     │   │   └── ValueTooLarge        413: a value over ``max_value_bytes``
@@ -43,6 +44,7 @@ class ErrorCode(StrEnum):
     STORAGE = "storage"
     SCHEMA = "schema"
     SCHEDULING = "scheduling"
+    INVALID_SCHEDULE = "invalid-schedule"
     VALIDATION = "validation"
     UNAUTHORIZED = "unauthorized"
     NOT_FOUND = "not-found"
@@ -93,6 +95,16 @@ class SchedulingError(ThreadlineError):
     """The scheduling substrate was used against its contract."""
 
     code = ErrorCode.SCHEDULING
+
+
+class InvalidSchedule(SchedulingError):
+    """A schedule declaration was refused when it was made, never later when it would fire.
+
+    The message names the schedule and what is wrong: its id, its interval, its cron expression
+    or its time zone (unknown, or no time zone data in this runtime).
+    """
+
+    code = ErrorCode.INVALID_SCHEDULE
 
 
 class ApiError(ThreadlineError):
@@ -220,6 +232,7 @@ __all__ = [
     "Conflict",
     "ErrorCode",
     "Evicted",
+    "InvalidSchedule",
     "NonRetryable",
     "NotFound",
     "PayloadTooLarge",

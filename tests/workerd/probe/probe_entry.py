@@ -7,7 +7,8 @@ so the tests can pin what the adapter relies on in real workerd. ``/_probe/{obje
 to the probe object named ``object``; ``/_threads/{object}/{op}`` goes to a
 ``ProbeThreadObject`` (binding ``PROBE_THREADS``): the deployed ``ThreadObjectBase`` with
 test-only agents and two test-only routes (admit, status), so that a submission can be
-admitted and then left to the alarm alone. Every other path goes to the app's ``Default``.
+admitted and then left to the alarm alone. ``/_schedules/`` computes schedule fire times in the
+Worker itself (``probe_schedules.py``). Every other path goes to the app's ``Default``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import time
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from probe_schedules import PREFIX as SCHEDULES
+from probe_schedules import answer as schedules_answer
 from pyodide.ffi import jsnull
 from workers import DurableObject, Response
 
@@ -227,6 +230,9 @@ class Default(AppDefault):
             return await ProbeApiWorker(self.ctx, self.env).fetch(request)
         if path.startswith(HOLD):
             return await self.hold(url, path)
+        if path.startswith(SCHEDULES):
+            return Response(json.dumps(schedules_answer(url)),
+                            headers={"content-type": "application/json"})
         if path.startswith((DRIVE, SETTLEMENTS)):
             space = path.split("/")[2]
             driven = await self.env.THREADS.getByName(space).fetch(url)
