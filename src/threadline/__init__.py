@@ -28,6 +28,7 @@ from threadline.errors import (
 from threadline.ids import IdSource, RandomIds, SequentialIds
 from threadline.maintenance import PassReport
 from threadline.maintenance.faults import Fault, RecoveryEvent
+from threadline.maintenance.host_lanes import LaneContext, LanePhase
 from threadline.space import Space
 from threadline.storage import SqliteStorage, Storage
 from threadline.threads import ApprovalDecision, RetryPolicy, Turn
@@ -46,6 +47,8 @@ __all__ = [
     "Evicted",
     "Fault",
     "IdSource",
+    "LaneContext",
+    "LanePhase",
     "ManualClock",
     "NonRetryable",
     "NotFound",

@@ -11,7 +11,11 @@ import asyncio
 import heapq
 import itertools
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Protocol, runtime_checkable
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
 
 
 @runtime_checkable
@@ -93,4 +97,24 @@ class ManualClock:
         await waiter
 
 
-__all__ = ["Clock", "ManualClock", "SystemClock"]
+def to_epoch_ms(at: object) -> int:
+    """An aware ``datetime`` in epoch milliseconds, a fraction of one rounded up.
+
+    Raises ``ValueError`` for a naive datetime (it names no instant) and ``TypeError`` for
+    anything else. Rounding up keeps a deadline from ever falling due early.
+    """
+    if not isinstance(at, datetime):
+        raise TypeError(f"expected an aware datetime, got {type(at).__name__}")
+    if at.tzinfo is None or at.utcoffset() is None:
+        raise ValueError("a naive datetime names no instant: give it a time zone "
+                         "(datetime.now(UTC), or .replace(tzinfo=UTC))")
+    whole, part = divmod(at - _EPOCH, _MS)
+    return whole + (1 if part else 0)
+
+
+def from_epoch_ms(ms: int) -> datetime:
+    """Epoch milliseconds as an aware UTC ``datetime`` (exact)."""
+    return _EPOCH + timedelta(milliseconds=ms)
+
+
+__all__ = ["Clock", "ManualClock", "SystemClock", "from_epoch_ms", "to_epoch_ms"]

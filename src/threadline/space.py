@@ -7,12 +7,14 @@ The deployed Durable Object (``threadline.worker.ThreadObjectBase``) and the sim
 from __future__ import annotations
 
 import random
+from datetime import datetime
 
 from threadline.api.context import ApiContext
 from threadline.api.http import Request, Response
 from threadline.api.routes import route
 from threadline.app import Application
 from threadline.clock import Clock, SystemClock
+from threadline.errors import SchedulingError
 from threadline.ids import IdSource, RandomIds
 from threadline.maintenance import LaneRunner, Maintenance, MaintenanceParts, PassReport
 from threadline.maintenance.bindings import BindingWaits
@@ -21,6 +23,7 @@ from threadline.maintenance.faults import (
     RecoveryEvents,
     RecoveryFaults,
 )
+from threadline.maintenance.host_lanes import epoch_ms, handler_for
 from threadline.maintenance.readout import MaintenanceReadout
 from threadline.scheduling import RECOVERY_EVENTS, Failpoints, Scheduler, build_scheduler
 from threadline.storage.port import Storage
@@ -58,7 +61,7 @@ class Space:
         gate = self.scheduler.gate
         self.runtime = ThreadRuntime(
             storage, app.agents, gate=gate, failpoints=self.scheduler.failpoints, config=config,
-            clock=self.clock, rng=self.rng, ids=self.ids,
+            clock=self.clock, rng=self.rng, ids=self.ids, host_lanes=app.lanes.ids,
         )
         self.faults = RecoveryFaults(storage, gate, self.clock)
         self.recovery_events = RecoveryEvents(storage, self.clock, app.recovery_event_hook)
@@ -67,6 +70,9 @@ class Space:
                                 self.rng)
         self.lanes.register(RECOVERY_EVENTS, self.recovery_events.run_lane,
                             dispatch_timeout_ms=RECOVERY_EVENTS_DISPATCH_TIMEOUT_MS)
+        for lane in app.lanes:
+            self.lanes.register(lane.id, handler_for(lane, storage),
+                                dispatch_timeout_ms=lane.dispatch_timeout_ms, phase=lane.phase)
         self.maintenance = Maintenance(MaintenanceParts(
             storage=storage, clock=self.clock, config=config, rng=self.rng,
             scheduler=self.scheduler, runtime=self.runtime, lanes=self.lanes,
@@ -91,7 +97,32 @@ class Space:
         migrate(self.storage)
         self.schema_version = schema_version(self.storage)
         await self.storage.get_alarm()
+        # Host lanes a deploy removed would otherwise be claimed and parked forever.
+        self.lanes.drop_removed()
         self.maintenance.start()
+
+    def wake_lane(
+        self, lane_id: str, at: datetime | None = None, *, cursor: int | None = None
+    ) -> None:
+        """Make the host lane ``lane_id`` due at ``at`` (an aware datetime; now when None).
+
+        For the Worker's own code (a webhook received, a queue message consumed): the
+        enrollment and the alarm commit together, so the wave happens even if the object is
+        lost right after. Waking a lane never moves it earlier than its retry floor (a lane
+        backing off after a failure keeps its backoff), unless ``cursor`` names a newer source
+        fact than any before it: a sequence number of the host's (>= 0, strictly greater than
+        the last one given) is progress, which also refills the lane's retry budget and ends
+        a parking; an equal or older cursor is a repeated notice and only enrolls. Raises
+        :class:`~threadline.SchedulingError` for a lane this deployment does not declare, a
+        naive datetime, or a cursor that is not an int >= 0.
+        """
+        if lane_id not in self.app.lanes:
+            raise SchedulingError(f"no host lane {lane_id!r} is declared in this deployment")
+        if cursor is not None and (
+                isinstance(cursor, bool) or not isinstance(cursor, int) or cursor < 0):
+            raise SchedulingError(f"a lane cursor is an int >= 0, got {cursor!r}")
+        due = self.clock.now_ms() if at is None else epoch_ms(at, what="the wake time")
+        self.scheduler.gate.schedule(lane_id, due, cursor)
 
     async def handle(self, request: Request) -> Response:
         """Answer one HTTP request addressed to this space."""

@@ -31,6 +31,7 @@ import tempfile
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -468,6 +469,13 @@ class SimulatedObject:
     ) -> Submission:
         """Resolve an Unknown Outcome: ``retry``, ``accept`` (with ``result``) or ``abort``."""
         return self.ledger.resolve_unknown(submission_id, action, result)
+
+    def wake_lane(
+        self, lane_id: str, at: datetime | None = None, *, cursor: int | None = None
+    ) -> None:
+        """Wake the host lane ``lane_id`` as the Worker's code would (see
+        :meth:`Space.wake_lane`): due at ``at`` (now when None), cursor semantics included."""
+        self.space.wake_lane(lane_id, at, cursor=cursor)
 
     def waits(self, submission_id: str) -> list[Wait]:
         """The submission's open waits: what it waits for (``kind``, ``key``, ``payload``)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import AsyncIterator
 from contextlib import suppress
 from typing import Any, ClassVar
@@ -23,6 +24,7 @@ from threadline.api.edge import TOKEN_SECRET
 from threadline.api.http import Request
 from threadline.api.http import Response as PlainResponse
 from threadline.app import Application
+from threadline.clock import from_epoch_ms
 from threadline.space import Space
 from threadline.storage.cloudflare import CloudflareStorage
 
@@ -238,6 +240,20 @@ class ThreadObjectBase(DurableObject):
         plain = Request.from_url(method, str(request.url), _headers(request), body)
         stall_s = STALL_HEARTBEATS * self.app.config.sse_heartbeat_ms / 1000
         return _to_platform(await self.space.handle(plain), stall_s)
+
+    async def wake_lane(
+        self, lane_id: str, at_ms: float | None = None, cursor: int | None = None
+    ) -> None:
+        """RPC for the Worker: make the host lane ``lane_id`` due at ``at_ms`` (epoch ms; now
+        when None), with the cursor semantics of :meth:`Space.wake_lane`::
+
+            await env.THREADS.getByName(space).wake_lane("billing-sync", None, seq)
+        """
+        # JavaScript's null and undefined arrive as None or as proxies: anything but a number
+        # is "not given".
+        at = from_epoch_ms(math.ceil(at_ms)) if isinstance(at_ms, (int, float)) else None
+        given = cursor if isinstance(cursor, int) and not isinstance(cursor, bool) else None
+        self.space.wake_lane(str(lane_id), at, cursor=given)
 
     async def alarm(self, alarm_info: Any = None) -> None:
         """Run one maintenance pass; failures are handled inside with a durable backoff."""

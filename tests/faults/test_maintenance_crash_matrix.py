@@ -19,7 +19,10 @@ and humans act whenever the object waits for them. Every run must keep these inv
 * no pass failed but the one whose statement the scenario makes fail;
 * at the end the object is caught up, every lane idle and the alarm cleared, within less
   simulated time than one lease (a claim lost with its incarnation is recovered at once);
-* every recovery event reached the (at first failing) hook, in order.
+* every recovery event reached the (at first failing) hook, in order;
+* each ``turn.wake_lane`` enrolled its host lane exactly once (one revision per waking
+  submission, whatever was replayed), and every lane woken ran after its last wake (no lane is
+  left due at the end).
 
 A failpoint that no scenario reaches fails ``test_every_failpoint_is_reached``.
 """
@@ -38,7 +41,7 @@ from typing import Any
 
 import pytest
 
-from threadline import Application, ManualClock, RuntimeConfig
+from threadline import Application, LaneContext, ManualClock, RuntimeConfig
 from threadline.errors import Evicted
 from threadline.scheduling import FAILPOINT_LOCATIONS, read_state
 from threadline.scheduling.due_queue import DueQueue
@@ -66,6 +69,8 @@ class World:
     crash_inside_uncertain: int | None = None
     #: Every successful settle transition (a compare-and-set that changed the row), by id.
     settlements: list[str] = field(default_factory=list)
+    #: Waves each host lane ran to their end.
+    lane_waves: Counter[str] = field(default_factory=Counter)
 
 
 @contextmanager
@@ -136,6 +141,21 @@ def build_app(world: World, *, with_ghost: bool) -> Application:
             raise RuntimeError("transient")
         return "recovered"
 
+    @app.agent("waker")
+    async def waker(turn: Turn) -> Any:
+        a = await turn.step("a", effect(turn, "a"))
+        await turn.wake_lane("sync")
+        await turn.wake_lane("digest")
+        return [a, await turn.step("c", effect(turn, "c"))]
+
+    @app.lane("sync")
+    async def sync(ctx: LaneContext) -> None:
+        world.lane_waves["sync"] += 1
+
+    @app.lane("digest", phase="after-native")
+    async def digest(ctx: LaneContext) -> None:
+        world.lane_waves["digest"] += 1
+
     if with_ghost:
 
         @app.agent("ghost")
@@ -194,7 +214,12 @@ THREADS = Scenario(
     slow_producer=frozenset({"t2"}),
     failing_statement="UPDATE tl_maintenance SET nonterminal",
 )
-SCENARIOS = {s.name: s for s in (ONE, THREADS)}
+#: Host lanes woken by agents: a concurrent one and an after-native one.
+LANES = Scenario(
+    "host-lanes",
+    (Item("t1", "waker"), Item("t2", "waker"), Item("t1", "step1"), Item("t3", "waker")),
+)
+SCENARIOS = {s.name: s for s in (ONE, THREADS, LANES)}
 #: Humans look at the object once per simulated second; the alarm runs in between.
 TICK_MS = 1_000
 MAX_TICKS = 300
@@ -426,6 +451,15 @@ def check(run: Run, scenario: Scenario) -> list[str]:
         problems.append(f"recovery events out of order: {run.world.events}")
     if sorted(set(seqs)) != list(range(1, state.recovery_event_seq + 1)):
         problems.append(f"recovery events lost: {run.world.events} of {state.recovery_event_seq}")
+    if scenario is LANES:
+        wakers = sum(item.agent == "waker" for item in scenario.items)
+        for lane_id in ("sync", "digest"):
+            row = queue.get(lane_id)
+            revision = 0 if row is None else row.revision
+            if revision != wakers:
+                problems.append(f"lane {lane_id} enrolled {revision} times by {wakers} wakers")
+            if run.world.lane_waves[lane_id] == 0:
+                problems.append(f"lane {lane_id} never ran")
     if scenario is THREADS:
         kinds = {(kind, thread) for _, kind, thread in run.world.events}
         wanted = {("parked", "t5"), ("created", "t4"), ("cleared", "t4")}

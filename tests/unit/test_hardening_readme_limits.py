@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from threadline.config import RuntimeConfig
+from threadline.maintenance.lanes import MAX_DISPATCH_TIMEOUT_MS, MIN_DISPATCH_TIMEOUT_MS
 from threadline.threads.ledger import MAX_ABORT_REASON_CHARS
 from threadline.threads.model import ID_PATTERN, MAX_ERROR_MESSAGE_CHARS
 from threadline.threads.turn import KIND_PATTERN, MAX_SLEEP_SECONDS
@@ -26,10 +27,13 @@ def limits_table() -> dict[str, str]:
 def expected() -> dict[str, str]:
     defaults = RuntimeConfig()
     fields = ("max_value_bytes", "max_body_bytes", "max_json_depth", "attempt_timeout_ms",
-              "cancel_grace_ms", "max_attempts", "max_consecutive_losses", "lease_ms")
+              "cancel_grace_ms", "max_attempts", "max_consecutive_losses", "lease_ms",
+              "after_native_concurrency")
     documented = {name: str(getattr(defaults, name)) for name in fields}
     documented.update({
         "MAX_SLEEP_SECONDS": str(MAX_SLEEP_SECONDS),
+        "MIN_DISPATCH_TIMEOUT_MS": str(MIN_DISPATCH_TIMEOUT_MS),
+        "MAX_DISPATCH_TIMEOUT_MS": str(MAX_DISPATCH_TIMEOUT_MS),
         "MAX_ABORT_REASON_CHARS": str(MAX_ABORT_REASON_CHARS),
         "KIND_PATTERN": KIND_PATTERN,
         "ID_PATTERN": ID_PATTERN,
@@ -44,7 +48,7 @@ def test_the_readme_lists_every_limit_with_the_value_the_code_uses() -> None:
 
 @pytest.mark.parametrize(
     ("name", "bound"),
-    [("max_json_depth", 256), ("cancel_grace_ms", 60_000)],
+    [("max_json_depth", 256), ("cancel_grace_ms", 60_000), ("after_native_concurrency", 16)],
 )
 def test_the_upper_bounds_the_readme_states_are_the_config_bounds(name: str, bound: int) -> None:
     # A shorter event deadline, so the longest grace still fits the platform's limit.

@@ -26,7 +26,13 @@ failed, or abandoned) a handler's progress is refused, which rolls its transacti
 the code of an abandoned handler commits nothing through it.
 
 A due lane without a registered handler fails the same way, loudly: it is claimed (charged,
-backed off, eventually parked) and logged, so it can never make the alarm spin.
+backed off, eventually parked) and logged, so it can never make the alarm spin. A host lane a
+deploy removed never gets that far: :meth:`LaneRunner.drop_removed` deletes its row at start-up.
+
+**Phases.** A lane runs ``concurrent`` (its wave starts with the pass, beside native work) or
+``after-native``: :meth:`LaneRunner.run_after_native` gives each due one a wave once every
+native Attempt of the pass has joined, ``after_native_concurrency`` at a time, in the order of
+the ids rotated after the durable ``last_after_native_lane`` cursor.
 """
 
 from __future__ import annotations
@@ -44,7 +50,8 @@ from threadline.clock import Clock
 from threadline.config import RuntimeConfig
 from threadline.errors import Evicted, SchedulingError, ThreadlineError
 from threadline.scheduling import NATIVE, DueQueue, Lane, LaneState, MutationGate, backoff_ms
-from threadline.scheduling.due_queue import validate_lane_id
+from threadline.scheduling import state as generation
+from threadline.scheduling.due_queue import RESERVED_PREFIX, validate_lane_id
 from threadline.storage.port import Storage
 
 _logger = logging.getLogger("threadline.maintenance")
@@ -53,6 +60,27 @@ _logger = logging.getLogger("threadline.maintenance")
 LaneHandler = Callable[[int, int], Awaitable[int | None]]
 #: The longest dispatch timeout a lane may declare (5 minutes).
 MAX_DISPATCH_TIMEOUT_MS = 300_000
+#: The shortest one (1 ms).
+MIN_DISPATCH_TIMEOUT_MS = 1
+
+# The host lanes' rows: every id outside the reserved prefix, read as two ranges of the
+# primary key, so the framework's own lanes are not read.
+_HOST_LANE_ROWS = (
+    "SELECT id, due_at FROM tl_lanes WHERE id < ?"
+    " UNION ALL SELECT id, due_at FROM tl_lanes WHERE id >= ?"
+)
+_DROP_LANE = "DELETE FROM tl_lanes WHERE id = ?"
+#: The least id above every id with the reserved prefix.
+_AFTER_RESERVED = RESERVED_PREFIX[:-1] + chr(ord(RESERVED_PREFIX[-1]) + 1)
+
+
+class LanePhase(StrEnum):
+    """When a lane's wave runs within a pass."""
+
+    #: With the pass's start, beside native work.
+    CONCURRENT = "concurrent"
+    #: Once every native Attempt of the pass has joined (even when native work failed).
+    AFTER_NATIVE = "after-native"
 
 
 class WaveOutcome(StrEnum):
@@ -73,6 +101,7 @@ class LaneSpec:
     id: str
     handler: LaneHandler
     dispatch_timeout_ms: int
+    phase: LanePhase = LanePhase.CONCURRENT
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,18 +224,26 @@ class LaneRunner:
         self._lanes: dict[str, LaneSpec] = {}
         self._abandoned: set[asyncio.Future[int | None]] = set()
 
-    def register(self, lane_id: str, handler: LaneHandler, *, dispatch_timeout_ms: int) -> None:
+    def register(
+        self,
+        lane_id: str,
+        handler: LaneHandler,
+        *,
+        dispatch_timeout_ms: int,
+        phase: LanePhase = LanePhase.CONCURRENT,
+    ) -> None:
         """Register the handler of ``lane_id``; a lane has one handler, native has none here."""
         validate_lane_id(lane_id)
         if lane_id == NATIVE:
             raise SchedulingError("the native lane is the maintenance pass itself")
         if lane_id in self._lanes:
             raise SchedulingError(f"lane {lane_id!r} already has a handler")
-        if not 1 <= dispatch_timeout_ms <= MAX_DISPATCH_TIMEOUT_MS:
+        if not MIN_DISPATCH_TIMEOUT_MS <= dispatch_timeout_ms <= MAX_DISPATCH_TIMEOUT_MS:
             raise SchedulingError(
-                f"dispatch timeout of {lane_id!r} must be 1..{MAX_DISPATCH_TIMEOUT_MS} ms"
+                f"dispatch timeout of {lane_id!r} must be {MIN_DISPATCH_TIMEOUT_MS}.."
+                f"{MAX_DISPATCH_TIMEOUT_MS} ms"
             )
-        self._lanes[lane_id] = LaneSpec(lane_id, handler, dispatch_timeout_ms)
+        self._lanes[lane_id] = LaneSpec(lane_id, handler, dispatch_timeout_ms, LanePhase(phase))
 
     @property
     def registered(self) -> frozenset[str]:
@@ -219,13 +256,53 @@ class LaneRunner:
         return len(self._abandoned)
 
     def due(self, lanes: list[Lane], now: int) -> list[Lane]:
-        """The non-native lanes among ``lanes`` due at ``now`` and not held by a mutation."""
+        """The concurrent lanes among ``lanes`` due at ``now`` and not held by a mutation
+        (native and after-native lanes are not; a lane without a handler is concurrent)."""
         producing = self._gate.active_lanes()
         return [
-            lane for lane in lanes
-            if lane.id != NATIVE and lane.due_at is not None and lane.due_at <= now
-            and lane.id not in producing
+            lane for lane in self.concurrent(lanes)
+            if lane.due_at is not None and lane.due_at <= now and lane.id not in producing
         ]
+
+    def concurrent(self, lanes: list[Lane]) -> list[Lane]:
+        """The lanes among ``lanes`` whose waves run beside native work."""
+        return [lane for lane in lanes
+                if lane.id != NATIVE and not self._after_native(lane.id)]
+
+    @property
+    def has_after_native(self) -> bool:
+        """Whether some registered lane runs after native work."""
+        return any(spec.phase is LanePhase.AFTER_NATIVE for spec in self._lanes.values())
+
+    def _after_native(self, lane_id: str) -> bool:
+        spec = self._lanes.get(lane_id)
+        return spec is not None and spec.phase is LanePhase.AFTER_NATIVE
+
+    def drop_removed(self) -> list[str]:
+        """At start-up: delete the rows of host lanes with no handler here; return their ids.
+
+        A host lane whose handler a deploy removed would otherwise be claimed, backed off and
+        parked forever; its row is dropped instead, with one log line. Framework lanes
+        (the reserved prefix) are kept, handled or not: their work is the framework's own.
+        Reads only the host lanes' rows.
+        """
+
+        def drop() -> list[tuple[str, int | None]]:
+            rows = self._storage.exec(_HOST_LANE_ROWS, RESERVED_PREFIX, _AFTER_RESERVED)
+            removed = [(str(row["id"]), row["due_at"]) for row in rows
+                       if str(row["id"]) not in self._lanes]
+            for lane_id, _ in removed:
+                self._storage.exec(_DROP_LANE, lane_id)
+            return removed
+
+        removed = self._storage.transaction(drop)
+        for lane_id, due_at in removed:
+            state = "idle" if due_at is None else f"due at {due_at}"
+            self._log(
+                f"threadline: host lane {lane_id!r} has no handler in this deployment; "
+                f"dropped ({state})"
+            )
+        return [lane_id for lane_id, _ in removed]
 
     async def run_wave(self, lane: Lane, *, until: int | None = None) -> WaveResult:
         """Claim ``lane`` (a snapshot) and run one wave of it; see the module docstring.
@@ -266,13 +343,95 @@ class LaneRunner:
             self._log(f"threadline: maintenance lane {lane.id!r} ran past its dispatch timeout")
             return self._failed(claimed, wave, WaveOutcome.TIMED_OUT)
         except Exception as exc:  # a lane's failure is charged, never fatal
+            # Only the error type: a handler's message may carry its data. The library's own
+            # refusals (a naive deadline returned, say) name a contract, so they are shown.
+            cause = type(exc).__name__
+            if isinstance(exc, SchedulingError):
+                cause = f"{cause}: {exc.message}"
             self._log(
-                f"threadline: maintenance lane {lane.id!r} failed ({type(exc).__name__}); "
+                f"threadline: maintenance lane {lane.id!r} failed ({cause}); "
                 f"backing off (stalls={0 if wave.progressed else claimed.stalls})"
             )
             return self._failed(claimed, wave, WaveOutcome.FAILED)
         self._complete(claimed, next_due)
         return WaveResult(lane.id, WaveOutcome.COMPLETED, claimed, wave.progressed)
+
+    async def run_after_native(
+        self,
+        until: int,
+        *,
+        snapshot: list[Lane] | None = None,
+        exclude: frozenset[str] = frozenset(),
+    ) -> list[WaveResult]:
+        """Give each due after-native lane one wave; call it once native work has joined.
+
+        The lanes are those of ``snapshot`` (the rows the pass read at its begin, when no lane
+        was enrolled since) or else of the due queue read now; those due, not held by a
+        mutation and not in ``exclude`` run ``after_native_concurrency`` at a time, in id
+        order rotated after the ``last_after_native_lane`` cursor. While some of them wait
+        for a free slot, each admission is recorded in the cursor before its wave starts, so a
+        deadline or a lost object favours the others next time (when all start at once nobody
+        waits behind them, and no row is written). A lane whose whole allowance no longer
+        fits before ``until`` (the event deadline) is not started: it stays due, uncharged,
+        for the next event. Never raises for storage: a read it refuses leaves the lanes due.
+        """
+        if not self.has_after_native:
+            return []
+        now = self._clock.now_ms()
+        try:
+            lanes = snapshot if snapshot is not None else self._queue.due(now)
+        except ThreadlineError as exc:
+            self._log(f"threadline: could not read the after-native lanes ({type(exc).__name__})")
+            return []
+        producing = self._gate.active_lanes()
+        ready = {
+            lane.id: lane for lane in lanes
+            if self._after_native(lane.id) and lane.due_at is not None and lane.due_at <= now
+            and lane.id not in producing and lane.id not in exclude
+        }
+        if not ready:
+            return []
+        order = sorted(ready)
+        cursor = self._after_native_cursor()
+        pivot = next((i for i, lane_id in enumerate(order)
+                      if cursor is None or lane_id > cursor), 0)
+        rotated = order[pivot:] + order[:pivot]
+        slots = min(self._config.after_native_concurrency, len(rotated))
+        durable = len(rotated) > slots
+        pending = iter(rotated)
+        results: list[WaveResult] = []
+
+        async def admit() -> None:
+            # Each slot takes the next lane as soon as its previous wave ended.
+            for lane_id in pending:
+                if self._clock.now_ms() + self._lanes[lane_id].dispatch_timeout_ms > until:
+                    continue
+                if durable:
+                    self._set_after_native_cursor(lane_id)
+                results.append(await self.run_wave(ready[lane_id], until=until))
+
+        workers = [asyncio.ensure_future(admit()) for _ in range(slots)]
+        try:
+            await asyncio.gather(*workers)
+        finally:
+            for worker in workers:
+                worker.cancel()
+        return results
+
+    def _after_native_cursor(self) -> str | None:
+        try:
+            return generation.read_state(self._storage).last_after_native_lane
+        except ThreadlineError as exc:
+            # The rotation is fairness, not safety: start at the front this time.
+            self._log(f"threadline: could not read last_after_native_lane ({type(exc).__name__})")
+            return None
+
+    def _set_after_native_cursor(self, lane_id: str) -> None:
+        try:
+            self._storage.transaction(lambda: generation.set_cursor(
+                self._storage, "last_after_native_lane", lane_id))
+        except ThreadlineError as exc:
+            self._log(f"threadline: could not record last_after_native_lane ({type(exc).__name__})")
 
     def _claim_refused(self, lane: Lane, exc: ThreadlineError) -> WaveResult:
         """Storage refused the claim, so nothing was charged: charge it once more without
@@ -396,7 +555,9 @@ _PROPAGATES = (Evicted, KeyboardInterrupt, SystemExit)
 
 __all__ = [
     "MAX_DISPATCH_TIMEOUT_MS",
+    "MIN_DISPATCH_TIMEOUT_MS",
     "LaneHandler",
+    "LanePhase",
     "LaneRunner",
     "LaneSpec",
     "Wave",

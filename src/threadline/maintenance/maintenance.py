@@ -20,7 +20,10 @@ A pass
    then due a wave it has not had, but only if some lane was enrolled during the pass (a
    recovery event of its own, say) or one due at the start was held then. A lane that
    merely falls due by the clock during the pass does not start that round: the final
-   decision arms the alarm for it, and the next pass serves it.
+   decision arms the alarm for it, and the next pass serves it. Then, once every native
+   Attempt has joined (even when native work failed: the failure is raised after them),
+   each due ``after-native`` lane gets one wave, ``after_native_concurrency`` at a time,
+   rotated by ``last_after_native_lane`` (:meth:`LaneRunner.run_after_native`).
 4. **Deadlines** on the injected clock: no new Attempt after ``yield_after_ms``; at
    ``event_deadline_ms`` Attempts still running are cancelled and count as lost (their
    claims are this incarnation's, but no longer active, so the next recovery takes them at once).
@@ -397,6 +400,7 @@ class Maintenance:
             for lane in self._lanes.due(due, started)
         ]
         scan = self._scan = _Scan(self)
+        failure: Exception | None = None
         try:
             if observed.actionable:
                 with self._gate.native_source(crash_fallback=observed.fallback,
@@ -407,7 +411,7 @@ class Maintenance:
                 await asyncio.gather(*waves)
             if observed.actionable and (
                     self._queue.lane_enrollments != enrollments
-                    or any(lane.id != NATIVE and lane.id not in tally.waves for lane in due)):
+                    or any(lane.id not in tally.waves for lane in self._lanes.concurrent(due))):
                 # Lanes enrolled meanwhile (recovery events of this pass, say), or due at the
                 # begin but held by a mutation then. One that merely fell due by the clock
                 # meanwhile is left to the final decision's alarm.
@@ -416,17 +420,24 @@ class Maintenance:
                          if lane.id not in tally.waves]
                 await asyncio.gather(*(self._wave(lane, event_deadline, tally)
                                        for lane in later))
+        except Exception as exc:  # re-raised once the after-native lanes had their waves
+            failure = exc
         finally:
             self._scan = None
             for wave in waves:
                 wave.cancel()
+        # Every native Attempt has joined, even if native work failed: after-native lanes.
+        unchanged = failure is None and self._queue.lane_enrollments == enrollments
+        await self._after_native(due if unchanged else None, event_deadline, tally)
+        if failure is not None:
+            raise failure
 
         await self._fp.reached(FINISH_BEFORE)
         now = self._clock.now_ms()
         with self._gate.snapshot():
 
             def decide() -> AlarmDecision:
-                if observed.actionable or waves or self._gate.revision != revision:
+                if observed.actionable or tally.waves or self._gate.revision != revision:
                     return self._alarm.decide(now)
                 # Caught up, no wave ran and no producer committed: the lanes are as the
                 # begin read them, so its earliest due decides without a second read.
@@ -482,6 +493,21 @@ class Maintenance:
         if result.newly_parked:
             tally.parked_lanes = True
         return result
+
+    async def _after_native(
+        self, snapshot: list[Lane] | None, until: int, tally: _Tally
+    ) -> None:
+        """One wave for each due after-native lane (see :meth:`LaneRunner.run_after_native`).
+
+        ``snapshot`` is the begin's read when no lane was enrolled since: no second read then
+        (a lane that merely fell due by the clock meanwhile is left to the final decision's
+        alarm, as for the second round).
+        """
+        for result in await self._lanes.run_after_native(
+                until, snapshot=snapshot, exclude=frozenset(tally.waves)):
+            tally.waves.add(result.lane_id)
+            if result.newly_parked:
+                tally.parked_lanes = True
 
     # -- native work -------------------------------------------------------------------------
 

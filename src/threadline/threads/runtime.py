@@ -119,6 +119,7 @@ class ThreadRuntime:
         rng: random.Random,
         ids: IdSource,
         incarnation: str | None = None,
+        host_lanes: Set[str] = frozenset(),
     ) -> None:
         #: Names this runtime's claims; a fresh id per object incarnation.
         self.incarnation = incarnation if incarnation is not None else ids.new_id("inc")
@@ -133,6 +134,8 @@ class ThreadRuntime:
         self.clock = clock
         self.rng = rng
         self.ids = ids
+        #: The host lanes agents may wake (:meth:`Turn.wake_lane`).
+        self.host_lanes = frozenset(host_lanes)
         self.ledger = Ledger(storage, gate, clock=clock, ids=ids, config=config)
         self.recovery = Recovery(self.ledger, incarnation=self.incarnation, active=self._active)
         # Agents that ignored a cancellation; referenced so they are not collected mid-run.
@@ -241,7 +244,7 @@ class ThreadRuntime:
         deadline = self.clock.now_ms() + self.config.attempt_timeout_ms
         turn = Turn(claim, storage=self.storage, gate=self.gate, clock=self.clock,
                     failpoints=self.failpoints, yield_after=yield_after, config=self.config,
-                    deadline=deadline)
+                    deadline=deadline, host_lanes=self.host_lanes)
         try:
             value = await self._bounded(binding.fn(turn), deadline, turn)
         except LeaseLost:

@@ -17,12 +17,12 @@ import asyncio
 import inspect
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from threadline.clock import Clock
+from threadline.clock import Clock, to_epoch_ms
 from threadline.config import RuntimeConfig
 from threadline.errors import Evicted, NonRetryable, StorageValueTooLarge, ValidationFailed
 from threadline.storage.port import Storage
@@ -168,6 +168,7 @@ class Turn:
         yield_after: int | None = None,
         config: RuntimeConfig | None = None,
         deadline: int | None = None,
+        host_lanes: Set[str] = frozenset(),
     ) -> None:
         self._claim = claim
         self._storage = storage
@@ -178,6 +179,7 @@ class Turn:
         self._config = config if config is not None else RuntimeConfig()
         # The Attempt's wall bound (epoch ms): in-step retries never plan to sleep past it.
         self._deadline = deadline
+        self._host_lanes = host_lanes
         self._seen: dict[str, int] = {}
         self._position = 0
         # Uncertain steps this Attempt journaled as started and not yet as finished or failed.
@@ -393,6 +395,40 @@ class Turn:
 
         self._write(write, lanes=(MESSAGES,))
         return message_id
+
+    async def wake_lane(self, lane: str, at: datetime | None = None) -> None:
+        """Make the host lane ``lane`` due at ``at`` (an aware ``datetime``; now when None).
+
+        Committed with this Attempt's facts: the enrollment, its alarm and a journal entry
+        (``wake_lane``, ``wake_lane#2``...) commit in one transaction fenced by the Attempt's
+        claim, so an Attempt that lost its claim enrolls nothing, and a replay that meets the
+        entry enrolls nothing again: each call wakes the lane once across replays. It never
+        moves the lane earlier than its retry floor (a lane backing off after failed waves
+        keeps its backoff). A lane this deployment does not declare, or a naive datetime,
+        raises ``ValidationFailed``, which fails the Attempt for good.
+        """
+        key = self._key("wake_lane")
+        position = self._next_position()
+        entry = journal.read_entry(self._storage, self.submission_id, key)
+        if entry is not None and entry.state is StepState.FINISHED:
+            return
+        if not isinstance(lane, str) or lane not in self._host_lanes:
+            raise ValidationFailed(f"no host lane {lane!r} is declared in this deployment",
+                                   field="lane")
+        try:
+            due = None if at is None else to_epoch_ms(at)
+        except (TypeError, ValueError) as exc:
+            raise ValidationFailed(f"wake_lane at: {exc}", field="at") from None
+        await self._boundary()
+        due_at = self._clock.now_ms() if due is None else due
+        value_json = encode_json({"lane": lane, "at": due_at})
+
+        def write() -> None:
+            self._journal(key, position, StepEffect.IDEMPOTENT, StepState.FINISHED,
+                          value_json=value_json)
+            self._gate.schedule(lane, due_at)
+
+        self._write(write)
 
     async def approval(self, key: str, payload: JsonValue = None) -> ApprovalDecision:
         """Wait durably until someone decides the approval ``key``; return the decision.

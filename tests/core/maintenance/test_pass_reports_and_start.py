@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from pass_support import Obj, echo_app, run
 
+from threadline.app import Application
 from threadline.clock import ManualClock
 from threadline.errors import StorageError
 from threadline.maintenance import PassPhase
+from threadline.maintenance.host_lanes import LaneContext
 from threadline.maintenance.report import KEPT_REPORTS
 from threadline.storage import SqliteStorage
 
@@ -115,8 +117,17 @@ def test_pass_start_reads_the_same_rows_however_much_work_is_owed(clock: ManualC
 def test_pass_start_reports_a_parked_lane_left_unreported(
     raw_storage: SqliteStorage, clock: ManualClock
 ) -> None:
+    def make() -> Application:
+        app = echo_app()
+
+        @app.lane("host.sync")
+        async def sync(ctx: LaneContext) -> None:
+            return None
+
+        return app
+
     async def body() -> None:
-        obj = Obj(raw_storage, clock, echo_app)
+        obj = Obj(raw_storage, clock, make)
         await obj.start()
         # Parked by a claim whose incarnation was lost before it could report it.
         raw_storage.exec(

@@ -16,7 +16,8 @@ README = Path(__file__).resolve().parents[3] / "README.md"
 def _readme_app() -> Application:
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
     agent_blocks = [
-        block for block in blocks if "@app.agent" in block and "threadline.testing" not in block
+        block for block in blocks
+        if "@app.agent" in block and "threadline.testing" not in block and "@app.lane" not in block
     ]
     assert len(agent_blocks) == 1, "README should show exactly one agent"
     namespace: dict[str, Any] = {}
