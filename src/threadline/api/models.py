@@ -131,8 +131,9 @@ class SubmissionView(_Response):
     )
     attempts: int = Field(
         description=(
-            "Attempts started (a wait or a yield gives its one back). Those lost without"
-            " failing (`losses.total` in the detail) are not charged against `max_attempts`."
+            "Attempts started (a wait or a yield gives its one back); while one runs, its"
+            " `turn.attempt`. Those lost without failing (`losses.total` in the detail) are"
+            " not charged against `max_attempts`."
         )
     )
     not_before: int | None = Field(description="Epoch ms before which no Attempt starts.")

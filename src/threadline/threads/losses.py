@@ -5,9 +5,10 @@ object was reset under it (a deploy, an eviction, a crash), this incarnation sto
 alarm event's deadline, or a claim that names no incarnation outlived its lease
 (:class:`~threadline.threads.model.LossCause`). None of that is the agent's doing, so a loss
 never spends ``max_attempts``: recovery counts it in the submission's ``losses`` and readies
-the submission at once, and the budget is charged with ``attempts - losses`` only (the
-Attempts that ended some other way). ``attempts``, and so ``turn.attempt``, still numbers every
-Attempt, lost ones included. Deploys and evictions cannot use up a submission's retry budget.
+the submission at once, and the budget is charged with ``attempts - losses`` only. A lost
+Attempt keeps its place in ``attempts`` (and so the next Attempt's ``turn.attempt`` is one
+more), as a failed one does; only an Attempt that suspends or yields gives its number back.
+Deploys and evictions cannot use up a submission's retry budget.
 
 A step that brings the object down every time would then be retried for ever. So losses are
 also counted in a row: lost Attempts with no Attempt ending otherwise between them (suspending,
@@ -60,7 +61,7 @@ class Loss:
     """One lost Attempt, as recovery counts it."""
 
     cause: LossCause
-    #: The lost Attempt's number.
+    #: The lost Attempt's number (``turn.attempt``).
     attempt: int
     #: Losses in a row at ``position``, this one included (see the module docstring).
     streak: int
@@ -115,7 +116,8 @@ def assess(storage: Storage, item: WorkItem, cause: LossCause, *, bound: int) ->
 
 
 def charged(storage: Storage, item: WorkItem) -> int:
-    """Attempts of ``item`` charged against ``max_attempts``: all of them but the lost ones."""
+    """Attempts of ``item`` charged against ``max_attempts``: its ``attempts`` (suspensions
+    and yields gave theirs back) less the lost ones."""
     return item.attempts - int(storage.exec(_LOSSES, item.submission_id).scalar() or 0)
 
 

@@ -291,3 +291,35 @@ def test_a_loss_leaving_an_uncertain_step_in_flight_keeps_its_streak_through_an_
     assert (done.outcome, done.result, done.losses, done.loss_streak) == (
         Outcome.COMPLETED, "charged", 2, 0)
 
+
+def test_turn_attempt_is_kept_by_a_loss_and_given_back_by_a_suspension() -> None:
+    """``turn.attempt`` counts tries of the work: a lost Attempt keeps its number, as a failed
+    one does, and an Attempt that suspends gives its number back to the one that resumes."""
+    effects = Effects()
+    app = Application(RuntimeConfig())
+    seen: list[int] = []
+
+    @app.agent("agent")
+    async def agent(turn: Turn) -> Any:
+        seen.append(turn.attempt)
+        run = effects.hit("run")
+        if run in (1, 3):
+            raise Evicted(f"deploy {run // 2 + 1}")
+        await turn.approval("first")
+        await turn.approval("second")
+        return "done"
+
+    async def go() -> Submission:
+        async with SimulatedObject(app, clock=ManualClock(START),
+                                   check_alarm_invariant=True) as obj:
+            sub_id = obj.admit("t", "agent", None).id
+            for key in ("first", "second"):
+                await obj.run_alarms()
+                obj.approve(sub_id, key)
+            await obj.run_alarms()
+            return obj.submission(sub_id)
+
+    done = asyncio.run(go())
+    # Lost, suspended, lost, suspended, completed.
+    assert seen == [1, 2, 2, 3, 3]
+    assert (done.outcome, done.attempts, done.losses) == (Outcome.COMPLETED, 3, 2)
