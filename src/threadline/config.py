@@ -65,10 +65,11 @@ class RuntimeConfig(BaseModel):
         ge=1,
         le=1_000,
         description=(
-            "Attempts lost in a row at one journal position (no step finishing between them:"
-            " the object was reset under each) before the submission settles failed as a"
-            " crash loop. Losses never spend max_attempts; this bound ends a step that brings"
-            " the object down every time."
+            "Attempts lost in a row (the object was reset under each, with no step finishing"
+            " and no Attempt ending otherwise between them: no suspension, yield, failure or"
+            " Unknown Outcome) before the submission settles failed as a crash loop. Losses"
+            " never spend max_attempts; this bound ends a step that brings the object down"
+            " every time."
         ),
     )
     max_body_bytes: int = Field(

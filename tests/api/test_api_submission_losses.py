@@ -48,5 +48,6 @@ def test_the_detail_route_shows_the_cause_as_lost_to_a_reset(clock: ManualClock)
     api.drive()
     done = _detail(api, sub)
     assert (done["outcome"], done["attempts"], done["error"]) == ("completed", 2, None)
-    # Settled, the submission still says what happened to it on the way.
-    assert done["losses"] == {"total": 1, "in_a_row": 1, "position": 1, "last_cause": "reset"}
+    # Settled, the submission still says what happened to it on the way; the Attempt that
+    # completed ended the streak, so none of those losses is in a row any more.
+    assert done["losses"] == {"total": 1, "in_a_row": 0, "position": 1, "last_cause": "reset"}

@@ -131,8 +131,9 @@ class SubmissionView(_Response):
     )
     attempts: int = Field(
         description=(
-            "Attempts started (a wait or a yield gives its one back). Those lost without"
-            " failing (`losses.total` in the detail) are not charged against `max_attempts`."
+            "Attempts started (a wait or a yield gives its one back); while one runs, its"
+            " `turn.attempt`. Those lost without failing (`losses.total` in the detail) are"
+            " not charged against `max_attempts`."
         )
     )
     not_before: int | None = Field(description="Epoch ms before which no Attempt starts.")
@@ -192,12 +193,16 @@ class LossesView(_Response):
     total: int = Field(description="Attempts lost so far.")
     in_a_row: int = Field(
         description=(
-            "Losses in a row at journal position `position`, with no step finished between"
-            " them; at `max_consecutive_losses` the submission settles failed (`CrashLoop`)."
+            "Losses in a row at journal position `position`: no step finished and no Attempt"
+            " ended otherwise (suspended, yielded, failed, settled, left an Unknown Outcome)"
+            " between them, so 0 once one did; at `max_consecutive_losses` the submission"
+            " settles failed (`CrashLoop`)."
         )
     )
     position: int | None = Field(
-        description="Journal position of those losses: its latest finished step's (0: none yet)."
+        description=(
+            "Journal position of the latest loss: the latest finished step's then (0: none)."
+        )
     )
     last_cause: Literal["reset", "interrupted", "lease-expired"] | None = Field(
         description=(

@@ -448,9 +448,10 @@ _HELD_FOLLOWERS = (
 # Attempts lost without failing (the object was reset, or the alarm event ended around them)
 # are counted apart from the failures ``attempts`` charges against ``max_attempts``:
 # ``losses`` in all, ``loss_streak`` in a row at the journal position ``loss_position`` (a
-# step finishing starts a new streak), and the cause of the latest. Only recovery of a lost
-# claim writes them, in the UPDATE that ends the claim anyway; no index names them, so that
-# write costs no index entry. Added in place: SQLite appends a column to a WITHOUT ROWID
+# step finishing, or an Attempt ending otherwise, starts a new streak), and the cause of the
+# latest. Recovery of a lost claim writes them, and any other end of an Attempt sets the
+# streak back to 0, each in the UPDATE that ends the claim anyway; no index names them, so
+# those writes cost no index entry. Added in place: SQLite appends a column to a WITHOUT ROWID
 # table without copying it.
 _LOSSES = (
     """ALTER TABLE tl_submissions ADD COLUMN

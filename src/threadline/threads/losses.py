@@ -5,18 +5,26 @@ object was reset under it (a deploy, an eviction, a crash), this incarnation sto
 alarm event's deadline, or a claim that names no incarnation outlived its lease
 (:class:`~threadline.threads.model.LossCause`). None of that is the agent's doing, so a loss
 never spends ``max_attempts``: recovery counts it in the submission's ``losses`` and readies
-the submission at once, and the budget is charged with ``attempts - losses`` only (the
-Attempts that ended some other way). ``attempts``, and so ``turn.attempt``, still numbers every
-Attempt, lost ones included. Deploys and evictions cannot use up a submission's retry budget.
+the submission at once, and the budget is charged with ``attempts - losses`` only. A lost
+Attempt keeps its place in ``attempts`` (and so the next Attempt's ``turn.attempt`` is one
+more), as a failed one does; only an Attempt that suspends or yields gives its number back.
+Deploys and evictions cannot use up a submission's retry budget.
 
 A step that brings the object down every time would then be retried for ever. So losses are
-also counted in a row at one journal position: the position of the submission's latest
-finished step (0 before any). A step finishing moves the position, which starts a new streak;
-a long agent lost many times across different steps is never failed for it. Once
-``max_consecutive_losses`` Attempts in a row are lost at the same position, the submission
-settles ``failed`` with a ``CrashLoop`` error naming the position and the bound.
+also counted in a row: lost Attempts with no Attempt ending otherwise between them (suspending,
+yielding, failing, settling, or stepping aside as an Unknown Outcome) and no step finishing
+between them. Each Attempt that ends otherwise sets ``loss_streak`` back to 0, in the UPDATE
+that ends it (:mod:`threadline.threads.transitions`). The streak is counted at a journal
+position, that of the submission's latest finished step (0 before any): a step finishing
+moves it, which starts a new streak. So an agent lost once in each of many steps, or once at
+each of many deploys days apart with an Attempt suspending in between, is never failed for
+it. An operator's decision between two losses (the retry of an Unknown Outcome the first one
+left) ends no Attempt and does not break the streak. Once ``max_consecutive_losses`` Attempts
+in a row are lost, the submission settles ``failed`` with a ``CrashLoop`` error naming the
+position and the bound.
 
-Only recovery of a lost claim reads or writes any of this, never an Attempt's normal path.
+Only recovery of a lost claim reads any of this or counts a loss; an Attempt's other ends
+only write the streak back to 0, in the statement that ends them anyway.
 """
 
 from __future__ import annotations
@@ -53,9 +61,9 @@ class Loss:
     """One lost Attempt, as recovery counts it."""
 
     cause: LossCause
-    #: The lost Attempt's number.
+    #: The lost Attempt's number (``turn.attempt``).
     attempt: int
-    #: Losses in a row at ``position``, this one included.
+    #: Losses in a row at ``position``, this one included (see the module docstring).
     streak: int
     #: The journal position of the latest finished step, 0 before any.
     position: int
@@ -93,7 +101,11 @@ class Loss:
 
 def assess(storage: Storage, item: WorkItem, cause: LossCause, *, bound: int) -> Loss:
     """Count the loss of ``item``'s running claim, from its streak so far and its journal
-    (the submission's row, and its own journal entries: a range of the journal's key)."""
+    (the submission's row, and its own journal entries: a range of the journal's key).
+
+    The streak goes on only at the position where it was counted; a streak that an Attempt
+    ending otherwise set back to 0 starts again at 1 wherever it is.
+    """
     row = storage.exec(_STREAK, item.submission_id).one()
     progress = storage.exec(_PROGRESS, item.submission_id).first()
     position = 0 if progress is None else int(progress["position"])
@@ -104,7 +116,8 @@ def assess(storage: Storage, item: WorkItem, cause: LossCause, *, bound: int) ->
 
 
 def charged(storage: Storage, item: WorkItem) -> int:
-    """Attempts of ``item`` charged against ``max_attempts``: all of them but the lost ones."""
+    """Attempts of ``item`` charged against ``max_attempts``: its ``attempts`` (suspensions
+    and yields gave theirs back) less the lost ones."""
     return item.attempts - int(storage.exec(_LOSSES, item.submission_id).scalar() or 0)
 
 

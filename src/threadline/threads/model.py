@@ -170,8 +170,10 @@ class Submission:
     settled_at: int | None
     #: Attempts lost without failing (see :class:`LossCause`); they spend no ``max_attempts``.
     losses: int = 0
-    #: Losses in a row at journal position ``loss_position``, with no step finished between.
+    #: Losses in a row at journal position ``loss_position``: no step finished and no Attempt
+    #: ended otherwise between them (0 once one did; :mod:`threadline.threads.losses`).
     loss_streak: int = 0
+    #: The journal position of the latest loss (its latest finished step's then, 0 if none).
     loss_position: int | None = None
     #: The cause of the latest loss.
     loss_cause: LossCause | None = None

@@ -12,7 +12,8 @@
     step may have acted; only an operator may say whether to retry it);
   - otherwise (an idempotent step or nothing in flight): ready it again at once, recording
     an ``AttemptLost`` error with its cause; or, when it is lost ``max_consecutive_losses``
-    times in a row at one journal position, settle it ``failed`` as a ``CrashLoop``;
+    times in a row (no step finishing and no Attempt ending otherwise between them), settle
+    it ``failed`` as a ``CrashLoop``;
 * a ``terminalizing`` submission: settle it ``aborted``;
 * a suspended submission whose timers are all due: apply them and ready it.
 
@@ -244,10 +245,10 @@ class Recovery:
     def _lost(self, item: WorkItem) -> RecoveryReport:
         """End a claim lost without failing (see :mod:`threadline.threads.losses`).
 
-        The loss is counted whatever follows: an accepted abort still settles it aborted and
-        an uncertain step in flight still makes it an Unknown Outcome; otherwise it is ready
-        again at once, unless this loss is one too many in a row at its journal position (a
-        crash loop): then it settles ``failed``.
+        The loss is counted whatever follows, and what follows keeps its streak: an accepted
+        abort still settles it aborted and an uncertain step in flight still makes it an
+        Unknown Outcome; otherwise it is ready again at once, unless this loss is one too many
+        in a row (a crash loop): then it settles ``failed``.
         """
         loss = losses.assess(self.storage, item, self._cause(item),
                              bound=self.config.max_consecutive_losses)
@@ -260,13 +261,13 @@ class Recovery:
 
         if transitions.abort_accepted(self.storage, item.submission_id):
             return self._settle(item, Outcome.ABORTED, RecoveryDecision.SETTLE_ABORTED,
-                                before=count)
+                                count=count)
         in_flight = journal.in_flight_uncertain(self.storage, item.submission_id)
         if in_flight is not None:
-            return self._unknown(item, in_flight.step_key, in_flight.attempt, before=count)
+            return self._unknown(item, in_flight.step_key, in_flight.attempt, count=count)
         if loss.crash_loop:
             return self._settle(item, Outcome.FAILED, RecoveryDecision.SETTLE_FAILED,
-                                error=loss.error(), before=count)
+                                error=loss.error(), count=count)
         now = self.clock.now_ms()
 
         def write() -> None:
@@ -295,16 +296,19 @@ class Recovery:
         attempt: int,
         *,
         error: JsonValue = None,
-        before: Callable[[], None] | None = None,
+        count: Callable[[], None] | None = None,
     ) -> RecoveryReport:
+        """Park ``item`` as an Unknown Outcome of ``step_key``; ``count`` first counts the
+        loss of its claim in the same transaction (see :meth:`_settle`)."""
         now = self.clock.now_ms()
 
         def write() -> None:
-            if before is not None:
-                before()
+            if count is not None:
+                count()
             if not park_unknown(self.storage, self.ids.new_id("wait"), item.submission_id,
                                 state=item.state, revision=item.revision, step_key=step_key,
-                                attempt=attempt, now=now, error=error):
+                                attempt=attempt, now=now, error=error,
+                                loss_counted=count is not None):
                 raise _Stale
             # Later input of the Thread may run past an Unknown Outcome: that is native work.
 
@@ -338,20 +342,22 @@ class Recovery:
         decision: RecoveryDecision,
         *,
         error: JsonValue = None,
-        before: Callable[[], None] | None = None,
+        count: Callable[[], None] | None = None,
     ) -> RecoveryReport:
-        """Settle ``item``; ``before`` runs first in the same transaction (a loss's count)."""
+        """Settle ``item``; ``count``, when given, first counts the loss of its claim in the
+        same transaction: that Attempt was lost, so the settlement keeps its loss streak
+        (any other end of an Attempt restarts it)."""
         now = self.clock.now_ms()
         if outcome is Outcome.ABORTED:
             error = (transitions.accepted_abort(self.storage, item.submission_id)
                      or transitions.aborted_error(None))
 
         def write() -> None:
-            if before is not None:
-                before()
+            if count is not None:
+                count()
             if not transitions.settle(self.storage, item.submission_id, thread_id=item.thread_id,
                                       state=item.state, revision=item.revision, outcome=outcome,
-                                      now=now, error=error):
+                                      now=now, error=error, loss_counted=count is not None):
                 raise _Stale
 
         commit_fact(self.gate, write, (NATIVE, PUBLICATION))
@@ -369,12 +375,15 @@ def park_unknown(
     attempt: int,
     now: int,
     error: JsonValue = None,
+    loss_counted: bool = False,
 ) -> bool:
     """Make the submission an Unknown Outcome of ``step_key``: open its wait, move it.
 
     Run inside a gate transaction. Compare-and-set on ``(state, revision)``: False, with the
     wait's insert to be rolled back by the caller, when the submission moved meanwhile.
-    ``error`` (the failure that ended the Attempt, when one did) stays visible on it.
+    ``error`` (the failure that ended the Attempt, when one did) stays visible on it. An
+    Attempt that steps aside this way restarts the loss streak, unless it was lost
+    (``loss_counted``, see :func:`~threadline.threads.transitions.move`).
     """
     payload = encode_json({"step": step_key, "attempt": attempt})
     # One wait per lost run of the step: a step retried after an earlier resolution
@@ -382,7 +391,8 @@ def park_unknown(
     waits.open_wait(storage, wait_id, submission_id, WaitKind.UNKNOWN,
                     unknown_wait_key(step_key, revision), now=now, payload_json=payload)
     return transitions.move(storage, submission_id, state=state, revision=revision,
-                            to=SubmissionState.UNKNOWN, now=now, error=error)
+                            to=SubmissionState.UNKNOWN, now=now, error=error,
+                            loss_counted=loss_counted)
 
 
 def unknown_wait_key(step_key: str, revision: int) -> str:

@@ -29,23 +29,27 @@ _CLAIM = (
 )
 # ``dormant`` (1 exactly in the DORMANT states, by a CHECK) is set only by a move that crosses
 # into or out of them: an UPDATE that sets it rewrites the live index's entry, a billed row.
+# A move or a settlement out of ``running`` ends an Attempt. Unless that Attempt was lost
+# (its loss counted by _COUNT_LOSS in the same transaction), it ended some other way, and the
+# losses before it are no longer in a row: ``loss_streak`` is given 0 (else NULL, kept). In the
+# UPDATE that ends the Attempt anyway, so the row written is the same one.
 _MOVE = (
     "UPDATE tl_submissions SET state = ?, revision = revision + 1, lease_owner = NULL,"
     " lease_expires_at = NULL, not_before = ?, attempts = attempts - ?,"
-    " error_json = COALESCE(?, error_json), updated_at = ?"
-    " WHERE id = ? AND state = ? AND revision = ?"
+    " error_json = COALESCE(?, error_json), loss_streak = COALESCE(?, loss_streak),"
+    " updated_at = ? WHERE id = ? AND state = ? AND revision = ?"
 )
 _MOVE_ACROSS = (
     "UPDATE tl_submissions SET state = ?, dormant = ?, revision = revision + 1,"
     " lease_owner = NULL, lease_expires_at = NULL, not_before = ?, attempts = attempts - ?,"
-    " error_json = COALESCE(?, error_json), updated_at = ?"
-    " WHERE id = ? AND state = ? AND revision = ?"
+    " error_json = COALESCE(?, error_json), loss_streak = COALESCE(?, loss_streak),"
+    " updated_at = ? WHERE id = ? AND state = ? AND revision = ?"
 )
 _SETTLE = (
     "UPDATE tl_submissions SET state = 'settled', outcome = ?, result_json = ?, error_json = ?,"
     " dormant = 0, revision = revision + 1, lease_owner = NULL, lease_expires_at = NULL,"
-    " not_before = NULL, settled_at = ?, updated_at = ? WHERE id = ? AND state = ?"
-    " AND revision = ?"
+    " not_before = NULL, loss_streak = COALESCE(?, loss_streak), settled_at = ?,"
+    " updated_at = ? WHERE id = ? AND state = ? AND revision = ?"
 )
 # A lost claim is readied in one UPDATE that also counts the loss: no row more than the move
 # it replaces, and running -> ready stays out of the open-work index as every move does.
@@ -56,7 +60,8 @@ _LOSE = (
     " WHERE id = ? AND state = 'running' AND revision = ?"
 )
 # Counts the loss of a claim that something else then ends in the same transaction (a
-# settlement, an Unknown Outcome): the revision is left for that end's compare-and-set.
+# settlement, an Unknown Outcome): the revision is left for that end's compare-and-set, and
+# that end, told the loss was counted, keeps the streak.
 _COUNT_LOSS = (
     "UPDATE tl_submissions SET losses = losses + 1, loss_streak = ?, loss_position = ?,"
     " loss_cause = ? WHERE id = ? AND state = 'running' AND revision = ?"
@@ -120,13 +125,16 @@ def move(
     refund_attempt: bool = False,
     error: JsonValue = None,
     thread_id: str | None = None,
+    loss_counted: bool = False,
 ) -> bool:
     """Move an open submission to another open state, dropping any lease.
 
     ``refund_attempt`` un-charges the attempt a yielded claim took; ``error`` keeps the last
     failure visible on a submission waiting to be retried. A move out of ``suspended``
     releases the input held behind it (:func:`release_followers`), so it needs the
-    submission's ``thread_id``.
+    submission's ``thread_id``. A move out of ``running`` ends an Attempt and restarts the
+    submission's loss streak, unless ``loss_counted``: that Attempt was lost, its loss
+    counted by :func:`count_loss` in this transaction.
     """
     if to is SubmissionState.SETTLED:
         raise ValueError("use settle() to settle a submission")
@@ -140,6 +148,7 @@ def move(
         not_before,
         1 if refund_attempt else 0,
         None if error is None else encode_json(error),
+        _streak_after(state, loss_counted),
         now,
         submission_id,
         state.value,
@@ -181,7 +190,8 @@ def count_loss(
     cause: LossCause,
 ) -> bool:
     """Count the loss of a running claim, leaving the claim for the transition that ends it
-    next, in the same transaction, at the same ``revision``."""
+    next, in the same transaction, at the same ``revision`` (given ``loss_counted``, so that
+    it keeps the streak counted here)."""
     written = storage.exec(
         _COUNT_LOSS, streak, position, cause.value, submission_id, revision
     ).changed
@@ -199,16 +209,19 @@ def settle(
     now: int,
     result_json: str | None = None,
     error: JsonValue = None,
+    loss_counted: bool = False,
 ) -> bool:
     """Settle once: the submission, its open waits, its abort intent and the settled record.
 
-    Returns False, having changed nothing, when the submission is no longer at
-    ``(state, revision)`` (it was settled, or moved, by someone else first).
+    Settling a ``running`` submission ends its Attempt: as for :func:`move`, that restarts
+    the loss streak unless ``loss_counted``. Returns False, having changed nothing, when the
+    submission is no longer at ``(state, revision)`` (it was settled, or moved, by someone
+    else first).
     """
     error_json = None if error is None else encode_json(error)
     written = storage.exec(
-        _SETTLE, outcome.value, result_json, error_json, now, now, submission_id, state.value,
-        revision,
+        _SETTLE, outcome.value, result_json, error_json, _streak_after(state, loss_counted),
+        now, now, submission_id, state.value, revision,
     ).changed
     if written != 1:
         return False
@@ -231,6 +244,12 @@ def settle(
         now=now,
     )
     return True
+
+
+def _streak_after(state: SubmissionState, loss_counted: bool) -> int | None:
+    """The ``loss_streak`` a transition out of ``state`` writes: 0 when it ends an Attempt
+    that was not lost, else None (the streak is kept)."""
+    return 0 if state is SubmissionState.RUNNING and not loss_counted else None
 
 
 def hold_followers(storage: Storage, head: WorkItem) -> int:

@@ -144,13 +144,14 @@ class Claim:
 
     @property
     def attempt(self) -> int:
-        """The Attempt's number, from 1."""
+        """The Attempt's number, from 1: the submission's ``attempts`` once claimed (see
+        :attr:`Turn.attempt`)."""
         return self.submission.attempts
 
     @property
     def charged(self) -> int:
-        """Attempts charged against ``max_attempts``, this one included: every Attempt but
-        those lost without failing (:mod:`threadline.threads.losses`)."""
+        """Attempts charged against ``max_attempts``, this one included: its number less the
+        Attempts before it lost without failing (:mod:`threadline.threads.losses`)."""
         return self.submission.attempts - self.submission.losses
 
 
@@ -203,7 +204,14 @@ class Turn:
 
     @property
     def attempt(self) -> int:
-        """This Attempt's number, from 1."""
+        """This Attempt's number, from 1: one more than the Attempts of the submission before
+        it that failed, were lost or left an Unknown Outcome.
+
+        An Attempt that suspends (an approval, a timer) or yields gives its number back: the
+        Attempt that resumes after it has the same number. So this counts tries of the work,
+        not runs of the agent: an agent that waits three times and never fails runs four
+        times, each with ``attempt == 1``.
+        """
         return self._claim.attempt
 
     @property

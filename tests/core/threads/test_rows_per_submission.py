@@ -207,7 +207,8 @@ def test_a_lost_claim_is_counted_in_the_one_update_that_readies_it(
     storage: SqliteStorage, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Counting losses adds no row written: recovery rewrites the submission's row once, as
-    it did before losses were counted, and an Attempt's normal path writes none of it."""
+    it did before losses were counted, and an Attempt's normal end restarts the streak in
+    the UPDATE that ends it (its settlement here), no statement more."""
     app = Application()
 
     @app.agent("echo")
@@ -240,5 +241,11 @@ def test_a_lost_claim_is_counted_in_the_one_update_that_readies_it(
     assert (lost.state, lost.losses, lost.loss_streak, lost.loss_position) == (
         SubmissionState.READY, 1, 1, 1)
     written.clear()
+    before = storage.meter.reading()
     asyncio.run(harness.runtime.process_thread_head("t"))
-    assert all("loss" not in sql for sql in written), written
+    assert written == [transitions._CLAIM, transitions._SETTLE]
+    assert "loss" not in transitions._CLAIM
+    done = harness.get(sub.id)
+    assert (done.outcome, done.losses, done.loss_streak) == (Outcome.COMPLETED, 1, 0)
+    # Five rows, as many as before the settlement restarted the streak.
+    assert (storage.meter.reading() - before).rows_written == 5
