@@ -225,6 +225,11 @@ class _Scan:
         """Whether ``thread_id`` is lifted and its fault not recorded or cleared since."""
         return thread_id in self._lifted
 
+    @property
+    def any_faults(self) -> bool:
+        """Whether the pass knows of a faulted or lifted Thread."""
+        return bool(self._faults or self._lifted)
+
     def idle_faults(self) -> list[str]:
         """Faulted Threads with nothing to dispatch, as of the last :meth:`current`: no open
         work left (all of it settled, aborted by an operator, say), or lifted with a head
@@ -566,6 +571,14 @@ class Maintenance:
                 # this incarnation's, no longer active, so the next recovery takes it at once.
                 with suppress(asyncio.CancelledError, Exception):
                     await task
+        if scan.any_faults:
+            # Every Attempt has joined. The loop clears the faults of Threads left with nothing
+            # to dispatch only at its next turn, which a deadline reached meanwhile skips (the
+            # last recovery lifted a fault, its head suspended): unless cleared here, such a
+            # fault would outlive the pass with nothing owed, its retry in the past and no alarm.
+            scan.settle_active()
+            scan.current(self._clock.now_ms(), frozenset())
+            await self._clear_idle_faults(scan, tally)
 
     async def _await_progress(
         self, tasks: dict[str, asyncio.Task[bool]], deadline: asyncio.Future[None]
