@@ -21,9 +21,10 @@ amount of work and returns when its lane is next due (None: idle). The runner
 reports each step of real work through :func:`current_wave`: :meth:`Wave.progress`, called in
 the transaction that commits the step (an event acknowledged, a batch delivered), resets the
 lane's stalls durably with it, so only a wave that moves nothing counts toward parking, and a
-failure after progress backs off from a fresh budget. Once its wave has ended (returned,
-failed, or abandoned) a handler's progress is refused, which rolls its transaction back:
-the code of an abandoned handler commits nothing through it.
+failure after progress backs off from a fresh budget. The runner counts the progress once that
+transaction has committed; one rolled back moved nothing, and reset nothing either. Once its
+wave has ended (returned, failed, or abandoned) a handler's progress is refused, which rolls
+its transaction back: the code of an abandoned handler commits nothing through it.
 
 A due lane without a registered handler fails the same way, loudly: it is claimed (charged,
 backed off, eventually parked) and logged, so it can never make the alarm spin.
@@ -118,7 +119,7 @@ class Wave:
 
     @property
     def progressed(self) -> bool:
-        """Whether the wave reported progress."""
+        """Whether progress the wave reported has committed."""
         return self._progressed
 
     @property
@@ -133,9 +134,11 @@ class Wave:
 
         The lane's stalls reset with the step (see :meth:`DueQueue.replenish`), so a wave that
         progresses never counts toward parking, and should the object be lost mid-wave the lane
-        is due again within ``alarm_backoff_base_ms``. Raises :class:`SchedulingError` outside
-        a transaction (the reset could commit without its step, or the step without it) and
-        once the wave has ended: the handler's time is over, so its transaction rolls back.
+        is due again within ``alarm_backoff_base_ms``. The wave counts as progressed (see
+        :attr:`progressed`) only once that transaction commits: one rolled back reset nothing.
+        Raises :class:`SchedulingError` outside a transaction (the reset could commit without
+        its step, or the step without it) and once the wave has ended: the handler's time is
+        over, so its transaction rolls back.
         """
         if self._ended:
             raise SchedulingError(
@@ -144,6 +147,9 @@ class Wave:
             raise SchedulingError("Wave.progress() must run inside the step's transaction")
         fallback = self._clock.now_ms() + self._config.alarm_backoff_base_ms
         self._queue.replenish(self.lane_id, fallback)
+        self._storage.after_commit(self._committed)
+
+    def _committed(self) -> None:
         self._progressed = True
 
     def end(self) -> None:

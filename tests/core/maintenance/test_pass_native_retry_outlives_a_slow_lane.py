@@ -10,6 +10,7 @@ and owed native work that keeps failing never backs off beyond the base while a 
 from __future__ import annotations
 
 import asyncio
+from itertools import pairwise
 
 from threadline.app import Application
 from threadline.clock import ManualClock
@@ -70,7 +71,7 @@ def test_owed_native_work_keeps_backing_off_while_a_slow_lane_outlasts_its_retry
     # Every actionable pass leaves its retry, one stall more than the last (before, every
     # other pass dropped it: 1, None, 1, None, ...).
     assert stalls == list(range(1, 11)), stalls
-    gaps = [later - earlier for earlier, later in zip(starts, starts[1:], strict=False)]
+    gaps = [later - earlier for earlier, later in pairwise(starts)]
     # Once the retry outgrows a wave, native work waits for it: the gaps keep growing
     # (20.5 s while a wave is the longer wait, then 41 s, 111 s, 247 s here).
     assert gaps[-1] >= (CONFIG.alarm_backoff_base_ms << 8) // 2, gaps
