@@ -15,7 +15,10 @@ amount of work and returns when its lane is next due (None: idle). The runner
   error type only, and never fails the pass or blocks native work. A storage failure while
   claiming or completing the lane is that lane's failure too: a claim storage refused is
   charged again without running the handler (that charge is the backoff), and a completion it
-  refused leaves the claim's own crash-fallback deadline, already backed off.
+  refused leaves the claim's own crash-fallback deadline, already backed off. When storage
+  refuses that charge too, nothing about the lane can be written: the runner holds it in
+  memory (:meth:`DueQueue.hold`) for ``backoff(stalls + refusals)``, growing with each
+  refusal in a row, so the lane neither gets a wave nor arms the alarm before then.
 
 **Progress.** A wave that moves work forward is never a stall. Code running inside a wave
 reports each step of real work through :func:`current_wave`: :meth:`Wave.progress`, called in
@@ -200,6 +203,8 @@ class LaneRunner:
         self._log = log if log is not None else _logger.error
         self._lanes: dict[str, LaneSpec] = {}
         self._abandoned: set[asyncio.Future[int | None]] = set()
+        #: Claims in a row that storage refused to write at all, per lane (see the holds).
+        self._refusals: dict[str, int] = {}
 
     def register(self, lane_id: str, handler: LaneHandler, *, dispatch_timeout_ms: int) -> None:
         """Register the handler of ``lane_id``; a lane has one handler, native has none here."""
@@ -245,6 +250,7 @@ class LaneRunner:
             claimed = self._storage.transaction(lambda: self._queue.claim(lane, now))
         except ThreadlineError as exc:
             return self._claim_refused(lane, exc)
+        self._written(lane.id)
         if claimed is None:
             return WaveResult(lane.id, WaveOutcome.STALE)
         spec = self._lanes.get(lane.id)
@@ -291,13 +297,26 @@ class LaneRunner:
         try:
             charged = self._storage.transaction(lambda: self._queue.claim(lane, now))
         except ThreadlineError as again:
-            # Storage refuses every write: the lane stays due as it was, for the next pass.
+            # Storage refuses every write: the lane stays due as it was. Held in memory, so
+            # that it does not come back at every minimum delay; each refusal in a row counts
+            # as the stall it could not record.
+            refusals = self._refusals.get(lane.id, 0) + 1
+            self._refusals[lane.id] = refusals
+            until = now + backoff_ms(lane.stalls + refusals, self._config, self._rng)
+            self._queue.hold(lane.id, until)
             self._log(
                 f"threadline: maintenance lane {lane.id!r} could not be backed off "
-                f"({type(again).__name__})"
+                f"({type(again).__name__}); held until {until} (refusals={refusals})"
             )
             charged = None
+        else:
+            self._written(lane.id)
         return WaveResult(lane.id, WaveOutcome.FAILED, charged)
+
+    def _written(self, lane_id: str) -> None:
+        """Storage wrote the lane's claim (or found it stale): its durable row governs again."""
+        if self._refusals.pop(lane_id, None) is not None:
+            self._queue.release(lane_id)
 
     def _failed(self, claimed: Lane, wave: Wave, outcome: WaveOutcome) -> WaveResult:
         # Progress in the wave reset its stalls: the retry backs off from a fresh budget.
