@@ -29,7 +29,7 @@ import random
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -508,19 +508,26 @@ class SimulatedObject:
             # A second connection reads what is committed, without touching the object's meter.
             self._observer = SqliteStorage(self.path)
             self._observer.exec(_NO_DISK_SYNC)  # its close may checkpoint the file
-        problem = alarm_invariant_problem(self._observer, self.app, self.clock.now_ms())
+        problem = alarm_invariant_problem(self._observer, self.app, self.clock.now_ms(),
+                                          holds=self.space.scheduler.due_queue.holds)
         if problem is not None:
             raise AlarmInvariantError(f"{when}: {problem}")
 
 
-def alarm_invariant_problem(storage: SqliteStorage, app: Application, now: int) -> str | None:
+def alarm_invariant_problem(
+    storage: SqliteStorage, app: Application, now: int, *, holds: Mapping[str, int] | None = None
+) -> str | None:
     """What breaks the alarm invariant in ``storage`` at ``now``, or None when it holds.
 
     The invariant, outside a running alarm handler: if any lane is due, the alarm slot is set
     no later than ``max(earliest due, now + min_delay)``; and a generation not yet processed
-    has its native lane due.
+    has its native lane due. ``holds`` are the running incarnation's in-memory lane holds
+    (:meth:`DueQueue.hold`, for a lane storage refuses to back off): a held lane's earliest
+    due is the end of its hold.
     """
     queue = DueQueue(storage, app.config, random.Random(0))
+    for lane_id, until in (holds or {}).items():
+        queue.hold(lane_id, until)
     earliest = queue.next()
     slot = storage.known_alarm()
     if earliest is not None:

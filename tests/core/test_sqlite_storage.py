@@ -163,3 +163,36 @@ def test_file_database_survives_reopen(tmp_path: Path) -> None:
     assert second.known_alarm() == 5
     assert second.exec("PRAGMA journal_mode").scalar() == "wal"
     second.close()
+
+
+def test_after_commit_runs_once_the_outermost_transaction_commits(
+    raw_storage: SqliteStorage,
+) -> None:
+    seen: list[str] = []
+
+    def note(name: str) -> None:
+        raw_storage.after_commit(lambda: seen.append(name))
+
+    def inner_refused() -> None:
+        note("inner-refused")
+        raise RuntimeError("refused")
+
+    def outer() -> None:
+        note("outer")
+        raw_storage.transaction(lambda: note("inner"))
+        with pytest.raises(RuntimeError):
+            raw_storage.transaction(inner_refused)
+        assert seen == []  # nothing has committed yet
+
+    raw_storage.transaction(outer)
+    assert seen == ["outer", "inner"]
+
+    def outer_refused() -> None:
+        raw_storage.transaction(lambda: note("lost"))
+        raise RuntimeError("refused")
+
+    with pytest.raises(RuntimeError):
+        raw_storage.transaction(outer_refused)
+    assert seen == ["outer", "inner"]
+    with pytest.raises(StorageError, match="transaction"):
+        raw_storage.after_commit(lambda: None)

@@ -76,3 +76,35 @@ def test_js_errors_become_storage_errors() -> None:
     with pytest.raises(StorageError, match="no such table") as info:
         storage.exec("SELECT 1 FROM missing")
     assert isinstance(info.value.__cause__, RuntimeError)
+
+
+def test_after_commit_runs_once_the_outermost_transaction_commits() -> None:
+    storage = CloudflareStorage(FakeJsStorage())
+    seen: list[str] = []
+
+    def note(name: str) -> None:
+        storage.after_commit(lambda: seen.append(name))
+
+    def inner_refused() -> None:
+        note("inner-refused")
+        raise KeyError("refused")
+
+    def outer() -> None:
+        note("outer")
+        storage.transaction(lambda: note("inner"))
+        with pytest.raises(KeyError):
+            storage.transaction(inner_refused)
+        assert seen == []
+
+    storage.transaction(outer)
+    assert seen == ["outer", "inner"]
+
+    def outer_refused() -> None:
+        storage.transaction(lambda: note("lost"))
+        raise KeyError("refused")
+
+    with pytest.raises(KeyError):
+        storage.transaction(outer_refused)
+    assert seen == ["outer", "inner"]
+    with pytest.raises(StorageError, match="transaction"):
+        storage.after_commit(lambda: None)

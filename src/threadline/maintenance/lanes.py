@@ -15,15 +15,19 @@ amount of work and returns when its lane is next due (None: idle). The runner
   error type only, and never fails the pass or blocks native work. A storage failure while
   claiming or completing the lane is that lane's failure too: a claim storage refused is
   charged again without running the handler (that charge is the backoff), and a completion it
-  refused leaves the claim's own crash-fallback deadline, already backed off.
+  refused leaves the claim's own crash-fallback deadline, already backed off. When storage
+  refuses that charge too, nothing about the lane can be written: the runner holds it in
+  memory (:meth:`DueQueue.hold`) for ``backoff(stalls + refusals)``, growing with each
+  refusal in a row, so the lane neither gets a wave nor arms the alarm before then.
 
 **Progress.** A wave that moves work forward is never a stall. Code running inside a wave
 reports each step of real work through :func:`current_wave`: :meth:`Wave.progress`, called in
 the transaction that commits the step (an event acknowledged, a batch delivered), resets the
 lane's stalls durably with it, so only a wave that moves nothing counts toward parking, and a
-failure after progress backs off from a fresh budget. Once its wave has ended (returned,
-failed, or abandoned) a handler's progress is refused, which rolls its transaction back:
-the code of an abandoned handler commits nothing through it.
+failure after progress backs off from a fresh budget. The runner counts the progress once that
+transaction has committed; one rolled back moved nothing, and reset nothing either. Once its
+wave has ended (returned, failed, or abandoned) a handler's progress is refused, which rolls
+its transaction back: the code of an abandoned handler commits nothing through it.
 
 A due lane without a registered handler fails the same way, loudly: it is claimed (charged,
 backed off, eventually parked) and logged, so it can never make the alarm spin. A host lane a
@@ -147,7 +151,7 @@ class Wave:
 
     @property
     def progressed(self) -> bool:
-        """Whether the wave reported progress."""
+        """Whether progress the wave reported has committed."""
         return self._progressed
 
     @property
@@ -162,9 +166,11 @@ class Wave:
 
         The lane's stalls reset with the step (see :meth:`DueQueue.replenish`), so a wave that
         progresses never counts toward parking, and should the object be lost mid-wave the lane
-        is due again within ``alarm_backoff_base_ms``. Raises :class:`SchedulingError` outside
-        a transaction (the reset could commit without its step, or the step without it) and
-        once the wave has ended: the handler's time is over, so its transaction rolls back.
+        is due again within ``alarm_backoff_base_ms``. The wave counts as progressed (see
+        :attr:`progressed`) only once that transaction commits: one rolled back reset nothing.
+        Raises :class:`SchedulingError` outside a transaction (the reset could commit without
+        its step, or the step without it) and once the wave has ended: the handler's time is
+        over, so its transaction rolls back.
         """
         if self._ended:
             raise SchedulingError(
@@ -173,6 +179,9 @@ class Wave:
             raise SchedulingError("Wave.progress() must run inside the step's transaction")
         fallback = self._clock.now_ms() + self._config.alarm_backoff_base_ms
         self._queue.replenish(self.lane_id, fallback)
+        self._storage.after_commit(self._committed)
+
+    def _committed(self) -> None:
         self._progressed = True
 
     def end(self) -> None:
@@ -223,6 +232,8 @@ class LaneRunner:
         self._log = log if log is not None else _logger.error
         self._lanes: dict[str, LaneSpec] = {}
         self._abandoned: set[asyncio.Future[int | None]] = set()
+        #: Claims in a row that storage refused to write at all, per lane (see the holds).
+        self._refusals: dict[str, int] = {}
 
     def register(
         self,
@@ -316,6 +327,7 @@ class LaneRunner:
             claimed = self._storage.transaction(lambda: self._queue.claim(lane, now))
         except ThreadlineError as exc:
             return self._claim_refused(lane, exc)
+        self._written(lane.id)
         if claimed is None:
             return WaveResult(lane.id, WaveOutcome.STALE)
         spec = self._lanes.get(lane.id)
@@ -444,13 +456,26 @@ class LaneRunner:
         try:
             charged = self._storage.transaction(lambda: self._queue.claim(lane, now))
         except ThreadlineError as again:
-            # Storage refuses every write: the lane stays due as it was, for the next pass.
+            # Storage refuses every write: the lane stays due as it was. Held in memory, so
+            # that it does not come back at every minimum delay; each refusal in a row counts
+            # as the stall it could not record.
+            refusals = self._refusals.get(lane.id, 0) + 1
+            self._refusals[lane.id] = refusals
+            until = now + backoff_ms(lane.stalls + refusals, self._config, self._rng)
+            self._queue.hold(lane.id, until)
             self._log(
                 f"threadline: maintenance lane {lane.id!r} could not be backed off "
-                f"({type(again).__name__})"
+                f"({type(again).__name__}); held until {until} (refusals={refusals})"
             )
             charged = None
+        else:
+            self._written(lane.id)
         return WaveResult(lane.id, WaveOutcome.FAILED, charged)
+
+    def _written(self, lane_id: str) -> None:
+        """Storage wrote the lane's claim (or found it stale): its durable row governs again."""
+        if self._refusals.pop(lane_id, None) is not None:
+            self._queue.release(lane_id)
 
     def _failed(self, claimed: Lane, wave: Wave, outcome: WaveOutcome) -> WaveResult:
         # Progress in the wave reset its stalls: the retry backs off from a fresh budget.

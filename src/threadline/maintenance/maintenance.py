@@ -36,7 +36,8 @@ A pass
    pass that ran no wave and saw no producer reuses the earliest due it read at the begin);
    a prompt-pass wake asked for during the pass is spent there (``max(now, earliest due)``
    instead of the minimum delay, see :meth:`AlarmService.schedule_now`). A retry record
-   left by failures that no longer defers owed native work ends with this success.
+   left by failures that no longer defers owed native work ends with this success; only the
+   one found at the begin, never the one this pass's checkpoint wrote.
 
 A pass that fails (a storage error, say) logs one content-free line, backs off durably and
 returns normally, so the durable backoff replaces the platform's six automatic retries. A
@@ -134,6 +135,8 @@ class _Observed:
     fallback: int | None = None
     #: Whether the generation record held a native retry at the begin.
     retry_recorded: bool = True
+    #: That retry (None: none was recorded); only it may end with the pass's success.
+    retry_found: NativeRetry | None = None
     #: Whether that retry no longer deferred owed native work at the begin (a success ends it).
     retry_stale: bool = False
     #: The gate's revision when the pass last knew the producers' commits (a failure that a
@@ -227,6 +230,11 @@ class _Scan:
     def lifted(self, thread_id: str) -> bool:
         """Whether ``thread_id`` is lifted and its fault not recorded or cleared since."""
         return thread_id in self._lifted
+
+    @property
+    def any_faults(self) -> bool:
+        """Whether the pass knows of a faulted or lifted Thread."""
+        return bool(self._faults or self._lifted)
 
     def idle_faults(self) -> list[str]:
         """Faulted Threads with nothing to dispatch, as of the last :meth:`current`: no open
@@ -443,12 +451,15 @@ class Maintenance:
                 # begin read them, so its earliest due decides without a second read.
                 return self._alarm.decide_known(now, observed.earliest)
 
-            if observed.retry_recorded and (observed.actionable or observed.retry_stale):
+            found = observed.retry_found
+            if found is not None and (observed.actionable or observed.retry_stale):
                 # The pass succeeded: a retry left behind by failures ends with it (one
                 # still deferring owed native work stays), so the next failure backs off
-                # from the base again rather than from where a former streak stopped.
+                # from the base again rather than from where a former streak stopped. Only
+                # the one found at the begin: the checkpoint's own, for work that made no
+                # progress, stays even when lane waves outlasted its not_before.
                 def finish() -> AlarmDecision:
-                    generation.end_retry(self._storage, now)
+                    generation.end_retry(self._storage, now, found)
                     return decide()
 
                 decision = self._storage.transaction(finish)
@@ -472,6 +483,7 @@ class Maintenance:
                if observed.earliest is not None and observed.earliest <= now else [])
         native = next((lane for lane in due if lane.id == NATIVE), None)
         observed.generation = current.dirty
+        observed.retry_found = current.retry
         observed.retry_recorded = current.retry is not None
         observed.retry_stale = observed.retry_recorded and not current.retry_defers(now)
         observed.nonterminal = current.nonterminal
@@ -592,6 +604,14 @@ class Maintenance:
                 # this incarnation's, no longer active, so the next recovery takes it at once.
                 with suppress(asyncio.CancelledError, Exception):
                     await task
+        if scan.any_faults:
+            # Every Attempt has joined. The loop clears the faults of Threads left with nothing
+            # to dispatch only at its next turn, which a deadline reached meanwhile skips (the
+            # last recovery lifted a fault, its head suspended): unless cleared here, such a
+            # fault would outlive the pass with nothing owed, its retry in the past and no alarm.
+            scan.settle_active()
+            scan.current(self._clock.now_ms(), frozenset())
+            await self._clear_idle_faults(scan, tally)
 
     async def _await_progress(
         self, tasks: dict[str, asyncio.Task[bool]], deadline: asyncio.Future[None]

@@ -16,6 +16,14 @@ Each row carries two fences:
   idle completion replenishes it.
 
 Every method runs inside the caller's storage transaction, or as one statement of its own.
+
+**Holds.** A lane whose row storage refuses to write (its claim, and the charge that would
+back it off, both refused) cannot be moved to its backoff durably. The lane runner then
+*holds* it in memory for this incarnation (:meth:`DueQueue.hold`): until then the lane is not
+due (:meth:`DueQueue.due`) and counts as due no earlier than the hold (:meth:`DueQueue.next`,
+which the alarm decisions read), so it cannot make the alarm fire at every minimum delay.
+A hold floors that lane's own due time only; every other lane keeps its own. A new
+incarnation starts without holds: the lane is tried again at once, then held again.
 """
 
 from __future__ import annotations
@@ -55,6 +63,9 @@ _SELECT_DUE = (
     _SELECT_LANES + "WHERE due_at IS NOT NULL AND due_at <= ? ORDER BY due_at, id LIMIT ?"
 )
 _SELECT_NEXT = "SELECT due_at FROM tl_lanes WHERE due_at IS NOT NULL ORDER BY due_at LIMIT 1"
+_SELECT_NEXT_HELD = (
+    "SELECT id, due_at FROM tl_lanes WHERE due_at IS NOT NULL ORDER BY due_at LIMIT ?"
+)
 _SELECT_UNREPORTED = _SELECT_LANES + "WHERE state = 'parked' AND reported = 0 ORDER BY id"
 _REGISTER = "INSERT INTO tl_lanes (id) VALUES (?) ON CONFLICT (id) DO NOTHING"
 # Without progress the lane becomes due no later than it already was, and never earlier than
@@ -213,6 +224,28 @@ class DueQueue:
         #: In-memory count of enrollments of lanes other than native made through this
         #: queue (a hint: a pass compares it to learn that no such lane was enrolled).
         self.lane_enrollments = 0
+        #: Lanes held in memory until an epoch ms (see the module docstring).
+        self._holds: dict[str, int] = {}
+
+    def hold(self, lane_id: str, until: int) -> None:
+        """Count ``lane_id`` due no earlier than ``until`` in this incarnation (its row stays
+        as it is): for a lane storage refuses to back off durably. Native is never held."""
+        if lane_id == NATIVE:
+            raise SchedulingError("the native lane is never held")
+        self._holds[lane_id] = int(until)
+
+    def release(self, lane_id: str) -> None:
+        """End the hold of ``lane_id``, if any (storage wrote its row again)."""
+        self._holds.pop(lane_id, None)
+
+    def held_until(self, lane_id: str) -> int | None:
+        """When the hold of ``lane_id`` ends (None: not held)."""
+        return self._holds.get(lane_id)
+
+    @property
+    def holds(self) -> dict[str, int]:
+        """Every hold of this incarnation: lane id to the epoch ms it ends (a copy)."""
+        return dict(self._holds)
 
     def register(self, lane_id: str) -> None:
         """Ensure the lane's row exists (idle when new). Registering twice changes nothing."""
@@ -375,16 +408,27 @@ class DueQueue:
         return taken
 
     def next(self) -> int | None:
-        """The earliest ``due_at`` of any lane (already at or after its floor), or None.
+        """The earliest ``due_at`` of any lane (already at or after its floor), or None; a
+        held lane counts from the end of its hold at the earliest.
 
-        One indexed row read (``tl_lanes_due``).
+        One indexed row read (``tl_lanes_due``); with ``k`` lanes held, ``k + 1`` rows: one
+        of them at least is not held, and due no later than any lane after them.
         """
-        value = self._storage.exec(_SELECT_NEXT).scalar()
-        return None if value is None else int(value)
+        if not self._holds:
+            value = self._storage.exec(_SELECT_NEXT).scalar()
+            return None if value is None else int(value)
+        rows = self._storage.exec(_SELECT_NEXT_HELD, len(self._holds) + 1)
+        dues = [max(int(row["due_at"]), self._holds.get(str(row["id"]), 0)) for row in rows]
+        return min(dues, default=None)
 
     def due(self, now: int, limit: int = 100) -> list[Lane]:
-        """Lanes with ``due_at <= now``, earliest first, at most ``limit`` of them."""
-        return [Lane.from_row(row) for row in self._storage.exec(_SELECT_DUE, now, limit)]
+        """Lanes with ``due_at <= now`` and not held past ``now``, earliest first, at most
+        ``limit`` of them."""
+        if not self._holds:
+            return [Lane.from_row(row) for row in self._storage.exec(_SELECT_DUE, now, limit)]
+        rows = self._storage.exec(_SELECT_DUE, now, limit + len(self._holds))
+        lanes = [Lane.from_row(row) for row in rows]
+        return [lane for lane in lanes if self._holds.get(lane.id, now) <= now][:limit]
 
 
 __all__ = [

@@ -55,12 +55,14 @@ UPDATE tl_maintenance SET retry_generation = NULL, retry_not_before = NULL,
     retry_native_only = NULL, retry_stalls = NULL
 WHERE id = 1 AND retry_generation IS NOT NULL
 """
-# A retry that no longer defers owed native work (its generation is processed or obsolete,
-# or its time has come) ends; one still deferring it is kept.
+# The retry a pass found at its begin, if it is still the one recorded (a retry the pass
+# wrote since is kept), ends once it no longer defers owed native work (its generation is
+# processed or obsolete, or its time has come); one still deferring it is kept.
 _END_RETRY = """
 UPDATE tl_maintenance SET retry_generation = NULL, retry_not_before = NULL,
     retry_native_only = NULL, retry_stalls = NULL
-WHERE id = 1 AND retry_generation IS NOT NULL
+WHERE id = 1 AND retry_generation = ? AND retry_not_before = ? AND retry_native_only = ?
+    AND retry_stalls = ?
     AND (retry_generation <> dirty OR processed >= dirty OR retry_not_before <= ?)
 """
 _SET_CURSOR = {
@@ -231,14 +233,19 @@ def clear_retry(storage: Storage) -> bool:
     return storage.exec(_CLEAR_RETRY).changed == 1
 
 
-def end_retry(storage: Storage, now: int) -> bool:
-    """After a pass that succeeded: drop the native retry unless it still defers owed native
-    work at ``now`` (:meth:`MaintenanceState.retry_defers`); True when one was dropped.
+def end_retry(storage: Storage, now: int, found: NativeRetry) -> bool:
+    """After a pass that succeeded: drop the native retry ``found`` at its begin unless it
+    still defers owed native work at ``now`` (:meth:`MaintenanceState.retry_defers`); True
+    when it was dropped.
 
-    The next failure then backs off from the base again. No write when there is nothing to
-    drop, so repeating it changes nothing.
+    The next failure then backs off from the base again. Compare-and-set on ``found``: a
+    retry recorded since (the pass's own checkpoint backing off work that made no progress)
+    is not the one that ended, and is kept, whatever ``now`` is by then. No write when there
+    is nothing to drop, so repeating it changes nothing.
     """
-    return storage.exec(_END_RETRY, int(now)).changed == 1
+    stalls = min(MAX_RETRY_STALLS, max(0, found.stalls))
+    return storage.exec(_END_RETRY, found.generation, found.not_before, int(found.native_only),
+                        stalls, int(now)).changed == 1
 
 
 def set_cursor(storage: Storage, name: str, value: str | None) -> None:

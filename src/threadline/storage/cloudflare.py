@@ -121,6 +121,8 @@ class CloudflareStorage:
         self._alarm: int | None = None
         self._alarm_writes = 0
         self._depth = 0
+        #: after_commit callbacks, one list per open transaction level.
+        self._after: list[list[Callable[[], None]]] = []
 
     def exec(self, sql: str, *params: SqlValue) -> Rows:
         """Run one statement, read every row, free the cursor and meter its billed cost."""
@@ -172,17 +174,32 @@ class CloudflareStorage:
 
         saved_alarm = self._alarm
         self._depth += 1
+        self._after.append([])
         try:
             self._storage.transactionSync(body)
         except BaseException as exc:
             self._alarm = saved_alarm
+            self._after.pop()
             original = outcome.get("error")
             if original is not None:
                 raise original from None
             raise StorageError(f"transaction failed: {exc}") from exc
         finally:
             self._depth -= 1
+        committed = self._after.pop()
+        if self._after:
+            # A nested transaction returned: its callbacks wait for the outer one's fate.
+            self._after[-1].extend(committed)
+        else:
+            for callback in committed:
+                callback()
         return outcome["result"]  # type: ignore[no-any-return]
+
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once the outermost transaction commits (see the port)."""
+        if not self._after:
+            raise StorageError("after_commit() needs a transaction")
+        self._after[-1].append(callback)
 
     def set_alarm(self, epoch_ms: int) -> None:
         """Issue ``setAlarm``; it commits with the surrounding transaction or synchronous turn."""

@@ -61,6 +61,8 @@ class Storage(Protocol):
     write made inside is rolled back and the exception propagates unchanged. Alarm writes made
     inside a transaction commit with its SQL.
 
+    ``after_commit(callback)`` defers in-memory bookkeeping until the transaction commits.
+
     ``known_alarm()`` is the synchronous view of the slot: the last value this object wrote or
     read, rolled back with the transaction that wrote it. ``get_alarm()`` asks the platform and
     refreshes that view (a firing alarm empties the slot before the handler runs).
@@ -78,6 +80,16 @@ class Storage(Protocol):
 
     def in_transaction(self) -> bool:
         """True while a ``transaction`` body is running."""
+        ...
+
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once the transaction running now has committed.
+
+        It runs when the outermost ``transaction`` returns; it is dropped, never run, when
+        that transaction or the nested one it was registered in rolls back, so in-memory
+        state set by it follows what storage holds. ``callback`` must not raise. Outside a
+        transaction raises :class:`StorageError`.
+        """
         ...
 
     def set_alarm(self, epoch_ms: int) -> None:

@@ -59,6 +59,8 @@ class SqliteStorage:
         self.vm_steps = 0
         self._savepoints = itertools.count(1)
         self._depth = 0
+        #: after_commit callbacks, one list per open transaction level.
+        self._after: list[list[Callable[[], None]]] = []
         try:
             self._conn = sqlite3.connect(self.path, isolation_level=None)
             if self.path != ":memory:":
@@ -112,6 +114,7 @@ class SqliteStorage:
         name = f"tl_sp_{next(self._savepoints)}"
         self._raw(f"SAVEPOINT {name}")
         self._depth += 1
+        self._after.append([])
         try:
             result = fn()
             if inspect.isawaitable(result):
@@ -120,12 +123,26 @@ class SqliteStorage:
                 raise StorageError("a transaction body must be synchronous")
         except BaseException:
             self._depth -= 1
+            self._after.pop()
             self._raw(f"ROLLBACK TO {name}")
             self._raw(f"RELEASE {name}")
             raise
         self._depth -= 1
+        committed = self._after.pop()
         self._raw(f"RELEASE {name}")
+        if self._after:
+            # A savepoint released: its callbacks wait for the outer transaction's fate.
+            self._after[-1].extend(committed)
+        else:
+            for callback in committed:
+                callback()
         return result
+
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once the outermost transaction commits (see the port)."""
+        if not self._after:
+            raise StorageError("after_commit() needs a transaction")
+        self._after[-1].append(callback)
 
     def set_alarm(self, epoch_ms: int) -> None:
         """Replace the alarm slot; committed with the SQL around it."""

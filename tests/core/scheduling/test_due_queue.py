@@ -349,3 +349,37 @@ def test_defer_moves_only_lanes_due_before_the_deadline(
     queue.enroll(HOST, 200)
     assert _lane(queue).due_at == 200
     assert queue.defer(5_000) == 1 and queue.defer(5_000) == 0
+
+
+def test_a_held_lane_is_due_no_earlier_than_its_hold_and_no_other_lane_moves(
+    queue: DueQueue,
+) -> None:
+    for lane_id, due in (("a.lane", 10), ("b.lane", 20), ("c.lane", 30)):
+        queue.enroll(lane_id, due)
+    queue.hold("a.lane", 25)
+    assert queue.next() == 20  # the next lane not held
+    assert [lane.id for lane in queue.due(24)] == ["b.lane"]
+    queue.hold("b.lane", 40)
+    assert queue.next() == 25  # the end of a hold, when it comes first
+    queue.hold("c.lane", 27)
+    assert queue.next() == 25
+    assert [lane.id for lane in queue.due(30)] == ["a.lane", "c.lane"]
+    assert [lane.id for lane in queue.due(30, limit=1)] == ["a.lane"]
+    assert queue.held_until("b.lane") == 40 and queue.held_until("d.lane") is None
+    # The rows themselves are untouched: another incarnation's queue sees them as stored.
+    assert _lane(queue, "a.lane").due_at == 10
+    for lane_id in ("a.lane", "b.lane", "c.lane"):
+        queue.release(lane_id)
+    assert queue.next() == 10
+    queue.release("a.lane")  # not held: nothing to do
+    with pytest.raises(SchedulingError):
+        queue.hold(NATIVE, 50)
+
+
+def test_holds_on_lanes_not_due_leave_the_earliest_due_alone(queue: DueQueue) -> None:
+    queue.enroll("a.lane", 10)
+    queue.hold("b.lane", 5)  # idle lanes: nothing of theirs is due
+    queue.hold("c.lane", 5)
+    assert queue.next() == 10
+    queue.hold("a.lane", 12)
+    assert queue.next() == 12

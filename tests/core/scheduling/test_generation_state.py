@@ -140,19 +140,37 @@ def test_end_retry_drops_a_retry_unless_it_still_defers_owed_native_work(
     storage: SqliteStorage,
 ) -> None:
     dirty = read_state(storage).dirty  # not processed: native work is owed
-    st.set_retry(storage, NativeRetry(dirty, 5_000, True, 3))
+    found = NativeRetry(dirty, 5_000, True, 3)
+    st.set_retry(storage, found)
     assert read_state(storage).retry_defers(4_999)
-    assert not st.end_retry(storage, 4_999)  # still deferring it: kept
+    assert not st.end_retry(storage, 4_999, found)  # still deferring it: kept
     assert read_state(storage).retry is not None
-    assert st.end_retry(storage, 5_000)  # its time has come
+    assert st.end_retry(storage, 5_000, found)  # its time has come
     assert read_state(storage).retry is None
-    assert not st.end_retry(storage, 5_000)  # nothing left: no write
+    assert not st.end_retry(storage, 5_000, found)  # nothing left: no write
     # Processed, or obsoleted by a newer generation: it defers nothing, so it ends.
-    st.set_retry(storage, NativeRetry(dirty, 5_000, False, 2))
+    found = NativeRetry(dirty, 5_000, False, 2)
+    st.set_retry(storage, found)
     assert st.acknowledge(storage, dirty)
     assert not read_state(storage).retry_defers(0)
-    assert st.end_retry(storage, 0)
-    st.set_retry(storage, NativeRetry(dirty, 5_000, True, 2))
+    assert st.end_retry(storage, 0, found)
+    found = NativeRetry(dirty, 5_000, True, 2)
+    st.set_retry(storage, found)
     st.bump_dirty(storage)
     assert not read_state(storage).retry_defers(0)
-    assert st.end_retry(storage, 0)
+    assert st.end_retry(storage, 0, found)
+
+
+def test_end_retry_keeps_a_retry_recorded_after_the_one_found(storage: SqliteStorage) -> None:
+    dirty = read_state(storage).dirty
+    found = NativeRetry(dirty, 5_000, True, 3)
+    st.set_retry(storage, found)
+    # The pass's own checkpoint backs the work off once more; its time passes too.
+    st.set_retry(storage, NativeRetry(dirty, 9_000, True, 4))
+    assert not st.end_retry(storage, 10_000, found)
+    assert read_state(storage).retry == NativeRetry(dirty, 9_000, True, 4)
+    # Any difference in what was found keeps it too.
+    for other in (NativeRetry(dirty, 9_000, False, 4), NativeRetry(dirty, 9_000, True, 3),
+                  NativeRetry(dirty + 1, 9_000, True, 4), NativeRetry(dirty, 8_999, True, 4)):
+        assert not st.end_retry(storage, 10_000, other)
+    assert st.end_retry(storage, 10_000, NativeRetry(dirty, 9_000, True, 4))
