@@ -50,6 +50,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from enum import StrEnum
 
+from threadline.abandonment import Abandoned
 from threadline.clock import Clock
 from threadline.config import RuntimeConfig
 from threadline.errors import Evicted, SchedulingError, ThreadlineError
@@ -231,7 +232,7 @@ class LaneRunner:
         self._rng = rng
         self._log = log if log is not None else _logger.error
         self._lanes: dict[str, LaneSpec] = {}
-        self._abandoned: set[asyncio.Future[int | None]] = set()
+        self._abandoned = Abandoned()
         #: Claims in a row that storage refused to write at all, per lane (see the holds).
         self._refusals: dict[str, int] = {}
 
@@ -513,12 +514,12 @@ class LaneRunner:
         except BaseException:
             # Cancelled from outside (the pass failed): nothing waits for the handler now.
             task.cancel()
-            self._abandon(task)
+            self._abandoned.keep(task)
             raise
         finally:
             timer.cancel()
         if not task.done():
-            if not await self._stop(task):
+            if not await self._abandoned.stop(task, self._clock, self._config.cancel_grace_ms):
                 raise _Abandoned
             unwound = None if task.cancelled() else task.exception()
             if isinstance(unwound, _PROPAGATES):
@@ -535,31 +536,6 @@ class LaneRunner:
             # too: only a loss of the object or a stop of the host may end the pass.
             raise RuntimeError(f"the lane handler raised {type(failure).__name__}") from failure
         return task.result()
-
-    async def _stop(self, task: asyncio.Future[int | None]) -> bool:
-        """Cancel the handler and wait up to ``cancel_grace_ms`` for it to end; False when it
-        ignored the cancellation and was abandoned (a cancellation of this wait abandons it
-        all the same before propagating)."""
-        task.cancel()
-        grace = asyncio.ensure_future(
-            self._clock.sleep_until(self._clock.now_ms() + self._config.cancel_grace_ms))
-        try:
-            await asyncio.wait((task, grace), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            grace.cancel()
-            self._abandon(task)
-        return task.done()
-
-    def _abandon(self, task: asyncio.Future[int | None]) -> None:
-        """Keep a handler still running referenced until it ends, its outcome discarded."""
-        if not task.done():
-            self._abandoned.add(task)
-            task.add_done_callback(self._forget)
-
-    def _forget(self, task: asyncio.Future[int | None]) -> None:
-        self._abandoned.discard(task)
-        if not task.cancelled():
-            task.exception()
 
 
 @contextmanager

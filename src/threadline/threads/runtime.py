@@ -49,6 +49,7 @@ import random
 from collections.abc import Awaitable, Callable, Set
 from typing import Any, TypeVar
 
+from threadline.abandonment import Abandoned
 from threadline.clock import Clock
 from threadline.config import RuntimeConfig
 from threadline.errors import (
@@ -139,7 +140,7 @@ class ThreadRuntime:
         self.ledger = Ledger(storage, gate, clock=clock, ids=ids, config=config)
         self.recovery = Recovery(self.ledger, incarnation=self.incarnation, active=self._active)
         # Agents that ignored a cancellation; referenced so they are not collected mid-run.
-        self._abandoned: set[asyncio.Future[Any]] = set()
+        self._abandoned = Abandoned()
 
     @property
     def binding_registry_key(self) -> str:
@@ -312,32 +313,14 @@ class ThreadRuntime:
             turn.revoke()
 
     async def _stop(self, agent: asyncio.Future[Any]) -> bool:
-        """Cancel the agent and wait up to ``cancel_grace_ms`` for it to end.
+        """Cancel the agent and wait up to ``cancel_grace_ms`` for it to end; True when it did.
 
-        True when it ended. False when it ignored the cancellation: it is then abandoned (kept
-        referenced until it ends, its outcome discarded); its Turn is revoked and its claim is
-        ended or left to recovery by the caller, so nothing it does later commits. A
-        cancellation of this wait itself (the pass's event deadline arriving during a
-        timeout's grace) cuts the grace short; an agent still running is abandoned all the
-        same before the cancellation propagates.
+        One that ignores the cancellation is abandoned (:class:`Abandoned`); its Turn is revoked
+        and its claim ended or left to recovery by the caller, so nothing it does later commits.
+        A cancellation of this wait (the pass's event deadline arriving during a timeout's
+        grace) cuts the grace short and abandons the agent all the same.
         """
-        agent.cancel()
-        grace = asyncio.ensure_future(
-            self.clock.sleep_until(self.clock.now_ms() + self.config.cancel_grace_ms))
-        try:
-            await asyncio.wait((agent, grace), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            grace.cancel()
-            if not agent.done():
-                self._abandoned.add(agent)
-                agent.add_done_callback(self._forget)
-        return agent.done()
-
-    def _forget(self, task: asyncio.Future[Any]) -> None:
-        """An abandoned agent ended at last: drop it, and its outcome, which nobody awaits."""
-        self._abandoned.discard(task)
-        if not task.cancelled():
-            task.exception()
+        return await self._abandoned.stop(agent, self.clock, self.config.cancel_grace_ms)
 
     @property
     def abandoned(self) -> int:
