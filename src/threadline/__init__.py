@@ -14,6 +14,7 @@ from threadline.errors import (
     Conflict,
     ErrorCode,
     Evicted,
+    InvalidSchedule,
     NonRetryable,
     NotFound,
     PayloadTooLarge,
@@ -29,6 +30,8 @@ from threadline.ids import IdSource, RandomIds, SequentialIds
 from threadline.maintenance import PassReport
 from threadline.maintenance.faults import Fault, RecoveryEvent
 from threadline.maintenance.host_lanes import LaneContext, LanePhase
+from threadline.maintenance.schedule_lanes import ScheduleContext
+from threadline.schedules import CronSchedule, EverySchedule
 from threadline.space import Space
 from threadline.storage import SqliteStorage, Storage
 from threadline.threads import ApprovalDecision, RetryPolicy, Turn
@@ -43,10 +46,13 @@ __all__ = [
     "BindingUnavailable",
     "Clock",
     "Conflict",
+    "CronSchedule",
     "ErrorCode",
+    "EverySchedule",
     "Evicted",
     "Fault",
     "IdSource",
+    "InvalidSchedule",
     "LaneContext",
     "LanePhase",
     "ManualClock",
@@ -59,6 +65,7 @@ __all__ = [
     "RetryPolicy",
     "RetryableAgentError",
     "RuntimeConfig",
+    "ScheduleContext",
     "SchedulingError",
     "SchemaError",
     "SequentialIds",

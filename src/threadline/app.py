@@ -1,4 +1,4 @@
-"""``Application``: what a deployment registers: its configuration, agents and lanes."""
+"""``Application``: what a deployment registers: its configuration, agents, lanes and schedules."""
 
 from __future__ import annotations
 
@@ -7,13 +7,17 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, TypeVar
 
 from threadline.config import RuntimeConfig
+from threadline.errors import InvalidSchedule, SchedulingError
 from threadline.maintenance.host_lanes import DEFAULT_DISPATCH_TIMEOUT, HostLanes, LaneFn
+from threadline.maintenance.schedule_lanes import ScheduleFn, Schedules
+from threadline.schedules import DEFAULT_TZ, CronSchedule, EverySchedule, Schedule
 from threadline.threads.agents import AgentFn, AgentRegistry, binding_registry_key
 
 if TYPE_CHECKING:
     from threadline.maintenance.faults import RecoveryEventHook
 
 F = TypeVar("F", bound=LaneFn)
+S = TypeVar("S", bound=ScheduleFn)
 
 
 class Application:
@@ -34,6 +38,8 @@ class Application:
         self.recovery_event_hook: RecoveryEventHook | None = None
         #: The host lanes declared with :meth:`lane`.
         self.lanes = HostLanes()
+        #: The schedules declared with :meth:`every` and :meth:`cron`.
+        self.schedules = Schedules()
 
     def agent(self, name: str, *, version: str = "1") -> Callable[[AgentFn], AgentFn]:
         """Decorator registering an async ``fn(turn)`` as the agent ``name`` at ``version``."""
@@ -73,12 +79,89 @@ class Application:
         declared, an unknown phase or an allowance out of bounds.
         """
         self.lanes.check(lane_id, phase=phase, dispatch_timeout=dispatch_timeout)
+        self._refuse_schedule_id(lane_id)
 
         def register(fn: F) -> F:
+            self._refuse_schedule_id(lane_id)
             self.lanes.add(lane_id, fn, phase=phase, dispatch_timeout=dispatch_timeout)
             return fn
 
         return register
+
+    def every(
+        self,
+        interval: timedelta,
+        *,
+        id: str,
+        dispatch_timeout: timedelta = DEFAULT_DISPATCH_TIMEOUT,
+    ) -> Callable[[S], S]:
+        """Decorator declaring a schedule that fires every ``interval``: ``fn(ctx)``.
+
+        ``fn`` (async or sync) gets a :class:`~threadline.ScheduleContext` for each fire:
+        ``ctx.fire_time`` is the scheduled time, ``await ctx.submit(thread, input)`` admits
+        into this space once per fire. The fires are the multiples of ``interval`` (1 s to
+        366 days, whole milliseconds) since the Unix epoch, so every 5 minutes fires at
+        :00, :05, ... UTC, whatever happened to the object. ::
+
+            @app.every(timedelta(minutes=5), id="billing-sync")
+            async def billing_sync(ctx: threadline.ScheduleContext) -> None:
+                await ctx.submit("billing", {"as_of": ctx.fire_time.isoformat()})
+
+        Fires missed while the object could not run coalesce into one run of the latest;
+        runs never overlap; a run that raises is retried with backoff until the next fire
+        supersedes it, and parks (reported once) after ``park_after_stalls`` failed runs in
+        a row; each run is bounded by ``dispatch_timeout`` (1 ms to 300 s). Raises
+        :class:`~threadline.InvalidSchedule` at once, before ``fn`` is even given, for a
+        malformed or reserved id, an id a schedule or host lane already has, an interval or
+        an allowance out of bounds.
+        """
+        return self._declare(lambda: EverySchedule(id, interval), dispatch_timeout)
+
+    def cron(
+        self,
+        expression: str,
+        *,
+        id: str,
+        tz: str = DEFAULT_TZ,
+        dispatch_timeout: timedelta = DEFAULT_DISPATCH_TIMEOUT,
+    ) -> Callable[[S], S]:
+        """Decorator declaring a schedule that fires when the five-field cron ``expression``
+        matches the wall clock of ``tz`` (an IANA name; UTC by default): ``fn(ctx)``. ::
+
+            @app.cron("0 9 * * MON-FRI", tz="Europe/Paris", id="digest")
+            async def digest(ctx: threadline.ScheduleContext) -> None:
+                await ctx.submit("digest", {"day": ctx.fire_time.date().isoformat()})
+
+        ``ctx.fire_time`` is in ``tz``. Across daylight-saving changes a job at a fixed time
+        of day fires once a day (in the skipped hour: at the first minute after it; in the
+        repeated hour: at its first occurrence); see :mod:`threadline.schedules`. Everything
+        else is as for :meth:`every`; an invalid expression or an unknown time zone raises
+        :class:`~threadline.InvalidSchedule` here, never when the schedule would fire.
+        """
+        return self._declare(lambda: CronSchedule(id, expression, tz), dispatch_timeout)
+
+    def _declare(
+        self, make: Callable[[], Schedule], dispatch_timeout: timedelta
+    ) -> Callable[[S], S]:
+        schedule = make()
+        self._refuse_lane_id(schedule.id)
+        self.schedules.check(schedule, dispatch_timeout=dispatch_timeout)
+
+        def register(fn: S) -> S:
+            self._refuse_lane_id(schedule.id)
+            self.schedules.add(schedule, fn, dispatch_timeout=dispatch_timeout)
+            return fn
+
+        return register
+
+    def _refuse_schedule_id(self, lane_id: str) -> None:
+        # One namespace: a schedule runs as the host lane of its own id.
+        if lane_id in self.schedules:
+            raise SchedulingError(f"lane {lane_id!r}: a schedule already has that id")
+
+    def _refuse_lane_id(self, schedule_id: str) -> None:
+        if schedule_id in self.lanes:
+            raise InvalidSchedule(f"schedule {schedule_id!r}: a host lane already has that id")
 
     def on_recovery_event(self, fn: RecoveryEventHook) -> RecoveryEventHook:
         """Decorator registering the host hook for recovery events (one per application).

@@ -31,6 +31,8 @@ from pydantic import BaseModel
 from threadline.api.models import (
     ApprovalView,
     HistoryPage,
+    ScheduleList,
+    ScheduleView,
     SubmissionDetail,
     SubmissionView,
     ThreadPage,
@@ -184,6 +186,10 @@ def _resolve_call(
                  SubmissionDetail, json=_resolve_body(action, result))
 
 
+def _schedules_call(space: str) -> _Call[ScheduleList]:
+    return _Call("GET", _path(space, "schedules"), ScheduleList)
+
+
 def _settled(
     current: SubmissionDetail, submission_id: str, deadline: float,
     monotonic: Callable[[], float],
@@ -324,6 +330,13 @@ class Client:
         """Resolve an Unknown Outcome: ``retry``, ``accept`` (with ``result``) or ``abort``."""
         return self._send(_resolve_call(space, thread, submission_id, action, result))
 
+    def schedules(self, space: str) -> list[ScheduleView]:
+        """The space's schedules, by id: declaration, next and last fire, last error, state.
+
+        Reading them starts the space's object, and with it the schedules it declares.
+        """
+        return self._send(_schedules_call(space)).schedules
+
 
 class AsyncClient:
     """The asynchronous twin of :class:`Client`."""
@@ -450,6 +463,10 @@ class AsyncClient:
     ) -> SubmissionDetail:
         """See :meth:`Client.resolve`."""
         return await self._send(_resolve_call(space, thread, submission_id, action, result))
+
+    async def schedules(self, space: str) -> list[ScheduleView]:
+        """See :meth:`Client.schedules`."""
+        return (await self._send(_schedules_call(space))).schedules
 
 
 __all__ = ["AsyncClient", "Client", "ThreadEvent", "WaitTimeout", "raise_for_problem"]

@@ -25,6 +25,7 @@ from threadline.maintenance.faults import (
 )
 from threadline.maintenance.host_lanes import epoch_ms, handler_for
 from threadline.maintenance.readout import MaintenanceReadout
+from threadline.maintenance.schedule_lanes import ScheduleRunner
 from threadline.scheduling import RECOVERY_EVENTS, Failpoints, Scheduler, build_scheduler
 from threadline.storage.port import Storage
 from threadline.storage.schema import migrate, schema_version
@@ -73,6 +74,15 @@ class Space:
         for lane in app.lanes:
             self.lanes.register(lane.id, handler_for(lane, storage),
                                 dispatch_timeout_ms=lane.dispatch_timeout_ms, phase=lane.phase)
+        self.schedules = ScheduleRunner(
+            storage, app.schedules, due_queue=self.scheduler.due_queue,
+            alarm=self.scheduler.alarm, clock=self.clock, ledger=self.runtime.ledger,
+            agents=app.agents, failpoints=self.scheduler.failpoints, host_lanes=app.lanes.ids,
+        )
+        for declared in app.schedules:
+            # Each schedule runs as the concurrent host lane of its own id.
+            self.lanes.register(declared.id, self.schedules.handler_for(declared),
+                                dispatch_timeout_ms=declared.dispatch_timeout_ms)
         self.maintenance = Maintenance(MaintenanceParts(
             storage=storage, clock=self.clock, config=config, rng=self.rng,
             scheduler=self.scheduler, runtime=self.runtime, lanes=self.lanes,
@@ -87,16 +97,24 @@ class Space:
             due_queue=self.scheduler.due_queue,
             wake=self.scheduler.alarm.schedule_now,
             schema_version=lambda: self.schema_version,
-            maintenance=MaintenanceReadout(self.faults, self.bindings, self.maintenance.reports),
+            maintenance=MaintenanceReadout(
+                self.faults, self.bindings, self.maintenance.reports,
+                schedules=self.schedules, host_lanes=app.lanes,
+                due_queue=self.scheduler.due_queue,
+            ),
             changes=self.scheduler.gate,
         )
 
     async def start(self) -> None:
-        """Before any event: bring the schema up to date, learn the alarm slot, adopt this
-        deployment's agent registry and make sure owed work has an alarm (O(1) rows)."""
+        """Before any event: bring the schema up to date, learn the alarm slot, start the
+        declared schedules (a row each), adopt this deployment's agent registry and make sure
+        owed work has an alarm (O(1) rows otherwise)."""
         migrate(self.storage)
         self.schema_version = schema_version(self.storage)
         await self.storage.get_alarm()
+        # Schedules start (and those a deploy removed are dropped, lane and all) first, so
+        # their lanes are never mistaken for host lanes without a handler.
+        self.schedules.start()
         # Host lanes a deploy removed would otherwise be claimed and parked forever.
         self.lanes.drop_removed()
         self.maintenance.start()

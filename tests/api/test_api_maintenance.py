@@ -44,6 +44,13 @@ class _Sources:
         return [{"phase": "caught-up", "alarm": "cleared", "recovered": 0, "settled": 0,
                  "nonterminal": 0, "rows_read": 1, "rows_written": 1, "duration_ms": 0}]
 
+    def schedules(self) -> Sequence[Mapping[str, Any]]:
+        return []
+
+    def host_lanes(self) -> Sequence[Mapping[str, Any]]:
+        return [{"id": "mirror", "phase": "concurrent", "dispatch_timeout_ms": 1,
+                 "state": "idle", "due_at": None, "stalls": 0}]
+
 
 def test_the_maintenance_package_fills_faults_binding_waits_and_pass_reports(api: Api) -> None:
     api.space.api = replace(api.space.api, maintenance=_Sources())
@@ -52,6 +59,7 @@ def test_the_maintenance_package_fills_faults_binding_waits_and_pass_reports(api
     assert body["faults"][0]["recipients"] == ["sub_1"]  # extra members pass through
     assert body["binding_waits"][0]["agent"] == "gone"
     assert body["pass_reports"][0]["phase"] == "caught-up"
+    assert body["host_lanes"][0]["id"] == "mirror"
 
 
 def test_the_report_shows_the_objects_own_faults_binding_waits_and_pass_reports(

@@ -22,7 +22,12 @@ and humans act whenever the object waits for them. Every run must keep these inv
 * every recovery event reached the (at first failing) hook, in order;
 * each ``turn.wake_lane`` enrolled its host lane exactly once (one revision per waking
   submission, whatever was replayed), and every lane woken ran after its last wake (no lane is
-  left due at the end).
+  left due at the end);
+* with schedules (a cron and an ``every``, run for a while instead of to quiescence): each
+  fire's ``ctx.submit`` admitted exactly once (one submission per default key, every key of a
+  completed fire present), no fire ran twice to completion, every fire of the window completed
+  and every scheduled submission settled once, and at the end only the schedules' lanes are
+  due, at their next fire.
 
 A failpoint that no scenario reaches fails ``test_every_failpoint_is_reached``.
 """
@@ -37,12 +42,14 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from threadline import Application, LaneContext, ManualClock, RuntimeConfig
+from threadline import Application, LaneContext, ManualClock, RuntimeConfig, ScheduleContext
 from threadline.errors import Evicted
+from threadline.schedules import fire_key
 from threadline.scheduling import FAILPOINT_LOCATIONS, read_state
 from threadline.scheduling.due_queue import DueQueue
 from threadline.testing import Effects, SimulatedObject, StatementFailure, is_eviction
@@ -71,6 +78,8 @@ class World:
     settlements: list[str] = field(default_factory=list)
     #: Waves each host lane ran to their end.
     lane_waves: Counter[str] = field(default_factory=Counter)
+    #: (schedule, fire) of each run of a schedule's function that returned.
+    schedule_runs: list[tuple[str, int]] = field(default_factory=list)
 
 
 @contextmanager
@@ -95,7 +104,7 @@ def settlements_logged(world: World) -> Iterator[None]:
         transitions.settle = original  # type: ignore[assignment]
 
 
-def build_app(world: World, *, with_ghost: bool) -> Application:
+def build_app(world: World, *, with_ghost: bool, schedules: bool = False) -> Application:
     app = Application(CONFIG)
 
     def effect(turn: Turn, name: str) -> Callable[[], int]:
@@ -156,6 +165,19 @@ def build_app(world: World, *, with_ghost: bool) -> Application:
     async def digest(ctx: LaneContext) -> None:
         world.lane_waves["digest"] += 1
 
+    if schedules:
+
+        @app.cron("* * * * *", id="minutely")
+        async def minutely(ctx: ScheduleContext) -> None:
+            await ctx.submit("cron", ctx.fire_ms, agent="step1")
+            world.schedule_runs.append(("minutely", ctx.fire_ms))
+
+        @app.every(timedelta(seconds=20), id="pulse")
+        async def pulse(ctx: ScheduleContext) -> None:
+            await ctx.submit("pulse-a", ctx.fire_ms, agent="step1")
+            await ctx.submit("pulse-b", ctx.fire_ms, agent="step1")
+            world.schedule_runs.append(("pulse", ctx.fire_ms))
+
     if with_ghost:
 
         @app.agent("ghost")
@@ -191,6 +213,8 @@ class Scenario:
     slow_producer: frozenset[str] = frozenset()
     #: SQL text of a pass statement that fails once (the pass fails and backs off).
     failing_statement: str | None = None
+    #: Declare the schedules and run this long (ms of simulated time), not to quiescence.
+    runs_for_ms: int | None = None
 
     @property
     def needs_deploy(self) -> bool:
@@ -219,13 +243,35 @@ LANES = Scenario(
     "host-lanes",
     (Item("t1", "waker"), Item("t2", "waker"), Item("t1", "step1"), Item("t3", "waker")),
 )
-SCENARIOS = {s.name: s for s in (ONE, THREADS, LANES)}
+#: A cron (every minute: two fires) and an ``every`` (every 20 s: six fires) beside a client's
+#: submission, each fire submitting to its own Threads.
+SCHEDULES = Scenario("schedules", (Item("t1", "step1"),), runs_for_ms=130_000)
+#: The schedules' default-keyed submissions: (schedule, Thread, ordinal) of each.
+SCHEDULED = (("minutely", "cron", 0), ("pulse", "pulse-a", 0), ("pulse", "pulse-b", 1))
+#: The fires of the window of SCHEDULES (START is a multiple of 20 s).
+WINDOW_FIRES = {
+    "minutely": [fire for fire in range(START + 1, START + 130_001) if fire % 60_000 == 0],
+    "pulse": [START + n * 20_000 for n in range(1, 7)],
+}
+SCENARIOS = {s.name: s for s in (ONE, THREADS, LANES, SCHEDULES)}
 #: Humans look at the object once per simulated second; the alarm runs in between.
 TICK_MS = 1_000
 MAX_TICKS = 300
 _FINISHED_STEPS = "SELECT submission_id, step_key FROM tl_journal WHERE state = 'finished'"
 _WAIT_PAYLOAD = "SELECT payload_json FROM tl_waits WHERE id = ?"
 _SET_WAIT_PAYLOAD = "UPDATE tl_waits SET payload_json = ? WHERE id = ?"
+# Every committed completion of a fire (its pending fire cleared), logged by the database.
+_COMPLETION_LOG = (
+    "CREATE TABLE IF NOT EXISTS test_completions (schedule_id TEXT, fire INTEGER)",
+    "CREATE TRIGGER IF NOT EXISTS test_completion_log AFTER UPDATE OF pending_fire"
+    " ON tl_schedules WHEN OLD.pending_fire IS NOT NULL AND NEW.pending_fire IS NULL"
+    " BEGIN INSERT INTO test_completions VALUES (OLD.id, OLD.pending_fire); END",
+)
+_COMPLETIONS = "SELECT schedule_id, fire FROM test_completions ORDER BY rowid"
+_SCHEDULED_SUBMISSIONS = (
+    "SELECT id, thread_id, idempotency_key FROM tl_submissions"
+    " WHERE idempotency_key LIKE 'schedule:%' ORDER BY thread_id, seq"
+)
 
 
 @dataclass
@@ -311,8 +357,9 @@ async def admit(obj: SimulatedObject, scenario: Scenario, item: Item, n: int) ->
 async def play(
     scenario: Scenario, seed: int, crash: tuple[str, int] | None, world: World
 ) -> Run:
-    obj = SimulatedObject(build_app(world, with_ghost=False), clock=ManualClock(START), seed=seed,
-                          check_alarm_invariant=True)
+    schedules = scenario.runs_for_ms is not None
+    obj = SimulatedObject(build_app(world, with_ghost=False, schedules=schedules),
+                          clock=ManualClock(START), seed=seed, check_alarm_invariant=True)
     if crash is not None and crash[0] == INSIDE_UNCERTAIN:
         world.crash_inside_uncertain = crash[1]
     elif crash is not None:
@@ -321,6 +368,9 @@ async def play(
     remember_losses(run)
     while not await survive(obj, obj.start):
         pass
+    if schedules:
+        for statement in _COMPLETION_LOG:
+            obj.storage.exec(statement)
     if scenario.failing_statement is not None:
         run.failure = obj.fail_statements(scenario.failing_statement)
     for n, item in enumerate(scenario.items):
@@ -335,6 +385,12 @@ async def play(
         if quiet:
             run.problems += visible_waits(obj, scenario, run.ids, deployed)
         acted = await humans(run, scenario)
+        if scenario.runs_for_ms is not None:
+            # Schedules never quiesce: run the window, then until what they admitted settled.
+            if obj.clock.now_ms() >= START + scenario.runs_for_ms and all(
+                    sub.state is SubmissionState.SETTLED for sub in obj.submissions()):
+                break
+            continue
         if quiet and not acted:
             if deployed:
                 break
@@ -431,18 +487,26 @@ def check(run: Run, scenario: Scenario) -> list[str]:
     allowed = 0 if scenario.failing_statement is None else 1
     if len(failed) > allowed:
         problems.append(f"passes failed: {[(r.failure_type, r.failure_message) for r in failed]}")
-    if len(settlements) != len(run.ids):
+    scheduled = [] if scenario is not SCHEDULES else schedule_problems(run, problems)
+    if len(settlements) != len(run.ids) + len(scheduled):
         problems.append(f"settlements of unknown submissions: {sorted(settlements)}")
-    elapsed = obj.clock.now_ms() - START
+    elapsed = obj.clock.now_ms() - START - (scenario.runs_for_ms or 0)
     if elapsed >= CONFIG.lease_ms:
         # A claim lost with an incarnation is recovered by the next pass, not at its lease.
         problems.append(f"took {elapsed} ms of simulated time, past the {CONFIG.lease_ms} ms lease")
     state = read_state(storage)
     queue = DueQueue(storage, obj.app.config, obj.space.rng)
     due = {lane.id: lane.due_at for lane in queue.lanes() if lane.due_at is not None}
+    if scenario is SCHEDULES:
+        # The schedules' lanes stay due at their next fires, and the alarm with them.
+        nexts = {row.id: row.next_fire for row in obj.space.schedules.rows()}
+        if {lane_id: due.pop(lane_id, None) for lane_id in nexts} != nexts:
+            problems.append(f"schedule lanes not due at their next fires: {nexts}")
+        if obj.alarm_at != min(nexts.values()):
+            problems.append(f"alarm {obj.alarm_at}, next fires {nexts}")
     if state.processed < state.dirty or state.pending_retry is not None:
         problems.append(f"not caught up: {state}")
-    if due or obj.alarm_at is not None:
+    if due or (obj.alarm_at is not None and scenario is not SCHEDULES):
         problems.append(f"work left at the end: lanes {due}, alarm {obj.alarm_at}")
     if state.recovery_event_ack != state.recovery_event_seq:
         problems.append(f"recovery events left unacknowledged: {state}")
@@ -470,6 +534,48 @@ def check(run: Run, scenario: Scenario) -> list[str]:
         if run.failure is None or run.failure.remaining:
             problems.append("the failing statement never failed")
     return problems
+
+
+def schedule_problems(run: Run, problems: list[str]) -> list[str]:
+    """Append what breaks the schedules' invariants; return the scheduled submissions' ids."""
+    obj, world = run.obj, run.world
+    completed = [(str(row["schedule_id"]), int(row["fire"]))
+                 for row in obj.storage.exec(_COMPLETIONS)]
+    twice = [item for item, n in Counter(completed).items() if n > 1]
+    if twice:
+        problems.append(f"fires completed twice: {twice}")
+    for schedule_id, fires in WINDOW_FIRES.items():
+        done = sorted(fire for name, fire in completed if name == schedule_id)
+        if [fire for fire in done if fire <= fires[-1]] != fires:
+            problems.append(f"{schedule_id} completed {done}, expected {fires}")
+    rows = list(obj.storage.exec(_SCHEDULED_SUBMISSIONS))
+    keys = Counter(str(row["idempotency_key"]) for row in rows)
+    if any(n > 1 for n in keys.values()):
+        problems.append(f"a fire's key admitted twice: {keys}")
+    ran = set(world.schedule_runs)
+    expected: dict[str, str] = {}
+    for schedule_id, fire in set(completed) | ran:
+        for name, thread, ordinal in SCHEDULED:
+            if name == schedule_id:
+                expected[fire_key(schedule_id, fire, ordinal)] = thread
+    admitted = {str(row["idempotency_key"]): str(row["thread_id"]) for row in rows}
+    if {key: admitted.get(key) for key in expected} != expected:
+        problems.append(f"a completed fire's submissions missing: {sorted(expected)} vs "
+                        f"{sorted(admitted)}")
+    strays = set(admitted) - set(expected)
+    if strays:
+        # Only a fire whose run was lost mid-way and then superseded may leave part of its
+        # submissions; none is superseded here (the object restarts at once).
+        problems.append(f"submissions of fires that never completed: {sorted(strays)}")
+    ids = [str(row["id"]) for row in rows]
+    settlements = Counter(world.settlements)
+    for sub_id in ids:
+        sub = obj.submission(sub_id)
+        if sub.outcome is not Outcome.COMPLETED:
+            problems.append(f"scheduled {sub_id} is {sub.state} {sub.outcome}")
+        if settlements.get(sub_id, 0) != 1:
+            problems.append(f"scheduled {sub_id} settled {settlements.get(sub_id, 0)} times")
+    return ids
 
 
 def step_runs(run: Run) -> list[str]:

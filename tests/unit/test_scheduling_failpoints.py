@@ -9,15 +9,18 @@ from threadline.scheduling import (
     FAILPOINT_LOCATIONS,
     MAINTENANCE_LOCATIONS,
     RUNTIME_LOCATIONS,
+    SCHEDULE_LOCATIONS,
     Failpoints,
 )
 
 
-def test_locations_cover_the_maintenance_and_runtime_boundaries() -> None:
+def test_locations_cover_the_maintenance_runtime_and_schedule_boundaries() -> None:
     assert len(MAINTENANCE_LOCATIONS) == 20
     assert all(name.startswith("maintenance:") for name in MAINTENANCE_LOCATIONS)
     assert {"attempt:claimed", "step:started", "settle:after"} <= set(RUNTIME_LOCATIONS)
-    assert frozenset(MAINTENANCE_LOCATIONS + RUNTIME_LOCATIONS) == FAILPOINT_LOCATIONS
+    assert all(name.startswith("schedule:") for name in SCHEDULE_LOCATIONS)
+    assert frozenset(MAINTENANCE_LOCATIONS + RUNTIME_LOCATIONS + SCHEDULE_LOCATIONS) \
+        == FAILPOINT_LOCATIONS
 
 
 def test_inert_by_default_and_counts() -> None:

@@ -48,6 +48,8 @@ def bundle() -> Path:
         "PROBE=StorageProbe",
         "--durable-object",
         "PROBE_THREADS=ProbeThreadObject",
+        "--durable-object",
+        "SCHEDULED_THREADS=ScheduledThreadObject",
     ]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     return BUNDLE

@@ -23,10 +23,11 @@ class MaintenanceSources(Protocol):
     """The parts of the maintenance report that the maintenance package owns.
 
     Each method returns plain mappings shaped like the matching response model
-    (``FaultView``, ``BindingWaitView``, ``PassReportView``); unknown extra members are passed
-    through. ``threadline.maintenance.readout.MaintenanceReadout`` is the implementation a
-    ``Space`` wires in; :class:`NoMaintenanceSources` reports nothing (for contexts built
-    without a maintenance pass).
+    (``FaultView``, ``BindingWaitView``, ``PassReportView``, ``ScheduleView``,
+    ``HostLaneView``); unknown extra members are passed through.
+    ``threadline.maintenance.readout.MaintenanceReadout`` is the implementation a ``Space``
+    wires in; :class:`NoMaintenanceSources` reports nothing (for contexts built without a
+    maintenance pass).
     """
 
     def faults(self) -> Sequence[Mapping[str, Any]]:
@@ -41,9 +42,18 @@ class MaintenanceSources(Protocol):
         """The most recent pass reports, newest first."""
         ...
 
+    def schedules(self) -> Sequence[Mapping[str, Any]]:
+        """The declared schedules (``ScheduleView``), by id."""
+        ...
+
+    def host_lanes(self) -> Sequence[Mapping[str, Any]]:
+        """The declared host lanes (``HostLaneView``), by id."""
+        ...
+
 
 class NoMaintenanceSources:
-    """Reports nothing: the object keeps no faults, binding waits or pass reports yet."""
+    """Reports nothing: the object keeps no faults, binding waits, pass reports, schedules or
+    host lanes."""
 
     def faults(self) -> Sequence[Mapping[str, Any]]:
         """No faults."""
@@ -55,6 +65,14 @@ class NoMaintenanceSources:
 
     def pass_reports(self) -> Sequence[Mapping[str, Any]]:
         """No pass reports."""
+        return ()
+
+    def schedules(self) -> Sequence[Mapping[str, Any]]:
+        """No schedules."""
+        return ()
+
+    def host_lanes(self) -> Sequence[Mapping[str, Any]]:
+        """No host lanes."""
         return ()
 
 

@@ -1,8 +1,9 @@
-"""``GET /v1/spaces/{space}/maintenance``: what the object's single alarm is doing.
+"""``GET /v1/spaces/{space}/maintenance``: what the object's single alarm is doing; and
+``GET /v1/spaces/{space}/schedules``: its schedules alone.
 
-Lanes and the generation record come from the scheduling tables; faults, binding waits and pass
-reports come from :class:`~threadline.api.context.MaintenanceSources`, which the maintenance
-package fills in (empty lists until it keeps them).
+Lanes and the generation record come from the scheduling tables; faults, binding waits, pass
+reports, schedules and host lanes come from :class:`~threadline.api.context.MaintenanceSources`,
+which the maintenance package fills in.
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ from threadline.api.models import (
     BindingWaitView,
     FaultView,
     GenerationView,
+    HostLaneView,
     LaneView,
     MaintenanceView,
     NativeRetryView,
     PassReportView,
+    ScheduleList,
+    ScheduleView,
 )
 from threadline.scheduling import read_state
 
@@ -61,8 +65,18 @@ async def maintenance(ctx: ApiContext, request: Request, params: dict[str, str])
         pass_reports=[
             PassReportView.model_validate(dict(item)) for item in sources.pass_reports()
         ],
+        schedules=[ScheduleView.model_validate(dict(item)) for item in sources.schedules()],
+        host_lanes=[HostLaneView.model_validate(dict(item)) for item in sources.host_lanes()],
     )
     return model_response(200, report)
 
 
-__all__ = ["maintenance"]
+async def schedules(ctx: ApiContext, request: Request, params: dict[str, str]) -> Response:
+    """The declared schedules (a row of each and of its lane; nothing written)."""
+    listed = ScheduleList(schedules=[
+        ScheduleView.model_validate(dict(item)) for item in ctx.maintenance.schedules()
+    ])
+    return model_response(200, listed)
+
+
+__all__ = ["maintenance", "schedules"]

@@ -378,8 +378,66 @@ class PassReportView(_Response):
     duration_ms: int
 
 
+class ScheduleErrorView(_Response):
+    """The latest failed run of a schedule."""
+
+    type: str = Field(description="The exception's type, or `Cancelled` for an overrun.")
+    message: str = Field(description="The exception's message (at most 2,000 characters).")
+    at: int = Field(description="When the run failed (epoch ms).")
+    fire: int | None = Field(description="The fire time that run served (epoch ms).")
+
+
+class ScheduleView(_Response):
+    """One declared schedule: when it fires, when it last did, and how it is doing."""
+
+    id: str
+    kind: Literal["every", "cron"]
+    expression: str | None = Field(description="The cron expression (cron schedules).")
+    interval_ms: int | None = Field(description="The interval (every schedules).")
+    tz: str | None = Field(description="The cron expression's time zone (cron schedules).")
+    dispatch_timeout_ms: int = Field(description="The allowance of one run.")
+    state: Literal["scheduled", "running", "retrying", "parked"] = Field(
+        description="`scheduled`: waiting for its next fire. `running`: a fire is recorded and"
+        " its run has not failed (it runs, or runs again after a loss of the object)."
+        " `retrying`: the pending fire's run failed and is retried with backoff until the next"
+        " fire supersedes it. `parked`: its runs failed `park_after_stalls` times in a row;"
+        " retried hourly, and still at each next fire."
+    )
+    next_fire: int = Field(description="The next fire time (epoch ms), durable.")
+    due_at: int | None = Field(
+        description="When the schedule's lane is due next (a retry may come before next_fire)."
+    )
+    pending_fire: int | None = Field(
+        description="The fire time recorded for a run that has not completed (epoch ms)."
+    )
+    failures: int = Field(description="Failed runs of the pending fire.")
+    last_fire: int | None = Field(description="The fire time of the last completed run.")
+    last_ended_at: int | None = Field(description="When the last completed run ended.")
+    last_error: ScheduleErrorView | None = Field(
+        description="The latest failed run, kept after later runs succeed."
+    )
+
+
+class ScheduleList(_Response):
+    """The space's declared schedules, by id."""
+
+    schedules: list[ScheduleView]
+
+
+class HostLaneView(_Response):
+    """One host lane the application declares, with its due-queue state."""
+
+    id: str
+    phase: Literal["concurrent", "after-native"]
+    dispatch_timeout_ms: int
+    state: Literal["idle", "due", "parked"]
+    due_at: int | None
+    stalls: int
+
+
 class MaintenanceView(_Response):
-    """The object's maintenance state: lanes, generation, alarm, faults and recent passes."""
+    """The object's maintenance state: lanes, generation, alarm, faults, recent passes,
+    schedules and host lanes."""
 
     alarm: int | None = Field(description="The alarm slot as this object last wrote or read it.")
     lanes: list[LaneView]
@@ -390,6 +448,12 @@ class MaintenanceView(_Response):
         description="Newest first: the actionable and failed passes of the object's current"
         " incarnation (kept in memory), then the failed passes of earlier incarnations (stored)."
         " Caught-up passes are not listed."
+    )
+    schedules: list[ScheduleView] = Field(
+        description="The schedules this deployment declares (`@app.every`, `@app.cron`), by id."
+    )
+    host_lanes: list[HostLaneView] = Field(
+        description="The host lanes this deployment declares (`@app.lane`), by id."
     )
 
 
@@ -429,6 +493,7 @@ __all__ = [
     "HistoryPage",
     "HistoryQuery",
     "HistoryRecord",
+    "HostLaneView",
     "JournalStepView",
     "JournalSummary",
     "LaneView",
@@ -438,6 +503,9 @@ __all__ = [
     "PassReportView",
     "Problem",
     "ResolveRequest",
+    "ScheduleErrorView",
+    "ScheduleList",
+    "ScheduleView",
     "SubmissionDetail",
     "SubmissionView",
     "SubmitRequest",

@@ -25,6 +25,7 @@ from threadline.api.models import (
     HistoryQuery,
     MaintenanceView,
     ResolveRequest,
+    ScheduleList,
     SubmissionDetail,
     SubmissionView,
     SubmitRequest,
@@ -112,8 +113,12 @@ ROUTES: list[Route] = [
           {200: (SubmissionDetail, "The submission after the resolution.")},
           body=ResolveRequest, problems=(409,)),
     Route("GET", _SPACE + "/maintenance", maintenance_routes.maintenance, "getMaintenance",
-          "Lanes, generation record, alarm, faults, binding waits and recent pass reports.",
+          "Lanes, generation record, alarm, faults, binding waits, recent pass reports,"
+          " schedules and host lanes.",
           {200: (MaintenanceView, "The maintenance report.")}),
+    Route("GET", _SPACE + "/schedules", maintenance_routes.schedules, "listSchedules",
+          "The schedules the deployment declares: next and last fire, last error, state.",
+          {200: (ScheduleList, "The schedules, by id.")}),
 ]
 
 ROUTER = Router(ROUTES)

@@ -132,17 +132,7 @@ class HostLanes:
             raise SchedulingError(
                 f"lane {lane_id!r}: phase must be 'concurrent' or 'after-native', got {phase!r}")
         checked_phase = LanePhase(phase)
-        if not isinstance(dispatch_timeout, timedelta):
-            raise SchedulingError(
-                f"lane {lane_id!r}: dispatch_timeout is a timedelta, "
-                f"got {type(dispatch_timeout).__name__}")
-        if not (timedelta(milliseconds=MIN_DISPATCH_TIMEOUT_MS) <= dispatch_timeout
-                <= timedelta(milliseconds=MAX_DISPATCH_TIMEOUT_MS)):
-            raise SchedulingError(
-                f"lane {lane_id!r}: dispatch_timeout must be from {MIN_DISPATCH_TIMEOUT_MS} ms "
-                f"to {MAX_DISPATCH_TIMEOUT_MS // 1000} s, got {dispatch_timeout}")
-        whole, part = divmod(dispatch_timeout, _MS)
-        return lane_id, checked_phase, whole + (1 if part else 0)
+        return lane_id, checked_phase, allowance_ms(f"lane {lane_id!r}", dispatch_timeout)
 
     def add(
         self,
@@ -178,6 +168,21 @@ class HostLanes:
 
     def __contains__(self, lane_id: object) -> bool:
         return lane_id in self._lanes
+
+
+def allowance_ms(owner: str, dispatch_timeout: object) -> int:
+    """``dispatch_timeout`` (a ``timedelta`` from 1 ms to 300 s) in whole milliseconds, a
+    fraction of one rounded up; :class:`~threadline.SchedulingError` naming ``owner`` else."""
+    if not isinstance(dispatch_timeout, timedelta):
+        raise SchedulingError(
+            f"{owner}: dispatch_timeout is a timedelta, got {type(dispatch_timeout).__name__}")
+    if not (timedelta(milliseconds=MIN_DISPATCH_TIMEOUT_MS) <= dispatch_timeout
+            <= timedelta(milliseconds=MAX_DISPATCH_TIMEOUT_MS)):
+        raise SchedulingError(
+            f"{owner}: dispatch_timeout must be from {MIN_DISPATCH_TIMEOUT_MS} ms "
+            f"to {MAX_DISPATCH_TIMEOUT_MS // 1000} s, got {dispatch_timeout}")
+    whole, part = divmod(dispatch_timeout, _MS)
+    return whole + (1 if part else 0)
 
 
 def epoch_ms(at: object, *, what: str) -> int:
@@ -222,6 +227,7 @@ __all__ = [
     "LaneContext",
     "LaneFn",
     "LanePhase",
+    "allowance_ms",
     "epoch_ms",
     "handler_for",
 ]

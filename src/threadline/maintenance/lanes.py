@@ -29,6 +29,11 @@ transaction has committed; one rolled back moved nothing, and reset nothing eith
 wave has ended (returned, failed, or abandoned) a handler's progress is refused, which rolls
 its transaction back: the code of an abandoned handler commits nothing through it.
 
+**A fixed deadline.** A handler that knows before it does anything when its lane must run
+next whatever happens (a schedule's next fire time) says so with :meth:`Wave.due_by`: a failed
+or overrun wave is then due again no later than that, its backoff and a parking's hourly floor
+notwithstanding. The lane still counts the stall, parks and is reported as any other.
+
 A due lane without a registered handler fails the same way, loudly: it is claimed (charged,
 backed off, eventually parked) and logged, so it can never make the alarm spin. A host lane a
 deploy removed never gets that far: :meth:`LaneRunner.drop_removed` deletes its row at start-up.
@@ -136,7 +141,8 @@ class Wave:
     with :func:`current_wave` and reports its progress through it.
     """
 
-    __slots__ = ("_clock", "_config", "_ended", "_progressed", "_queue", "_storage", "lane_id")
+    __slots__ = ("_clock", "_config", "_due_by", "_ended", "_progressed", "_queue", "_storage",
+                 "lane_id")
 
     def __init__(
         self, lane_id: str, storage: Storage, queue: DueQueue, clock: Clock, config: RuntimeConfig
@@ -149,6 +155,7 @@ class Wave:
         self._config = config
         self._progressed = False
         self._ended = False
+        self._due_by: int | None = None
 
     @property
     def progressed(self) -> bool:
@@ -184,6 +191,22 @@ class Wave:
 
     def _committed(self) -> None:
         self._progressed = True
+
+    @property
+    def due_by_ms(self) -> int | None:
+        """The deadline set with :meth:`due_by`, or None."""
+        return self._due_by
+
+    def due_by(self, at_ms: int) -> None:
+        """The lane is due again no later than ``at_ms`` (epoch ms), however this wave ends.
+
+        For work whose next deadline is known before the wave does anything, such as a
+        schedule's next fire time: should the wave fail or overrun, neither its backoff nor a
+        parking's hourly floor postpones the lane past ``at_ms`` (the lane stays parked and
+        backs off from anything earlier). A wave that completes still names its own next
+        deadline. The last call wins.
+        """
+        self._due_by = int(at_ms)
 
     def end(self) -> None:
         """The runner is done with the wave."""
@@ -482,7 +505,7 @@ class LaneRunner:
         # Progress in the wave reset its stalls: the retry backs off from a fresh budget.
         stalls = 0 if wave.progressed else claimed.stalls
         due = self._clock.now_ms() + backoff_ms(stalls, self._config, self._rng)
-        self._finish(claimed, due)
+        self._finish(claimed, due, wave.due_by_ms)
         return WaveResult(claimed.id, outcome, claimed, wave.progressed)
 
     def _complete(self, claimed: Lane, next_due: int | None) -> None:
@@ -493,9 +516,15 @@ class LaneRunner:
                 return
             self._finish(claimed, next_due)
 
-    def _finish(self, claimed: Lane, next_due: int | None) -> None:
+    def _finish(self, claimed: Lane, next_due: int | None, due_by: int | None = None) -> None:
+        def finish() -> None:
+            self._queue.complete(claimed, next_due)
+            if due_by is not None:
+                # The wave's own fixed deadline beats its backoff and a parking's floor.
+                self._queue.bring_forward(claimed.id, due_by)
+
         try:
-            self._storage.transaction(lambda: self._queue.complete(claimed, next_due))
+            self._storage.transaction(finish)
         except ThreadlineError as exc:
             # The claim's crash-fallback deadline stands: the lane is retried after a backoff.
             self._log(

@@ -1,4 +1,5 @@
-"""What the maintenance package shows operators: faults, binding waits and pass reports.
+"""What the maintenance package shows operators: faults, binding waits, pass reports,
+schedules and host lanes.
 
 Read on request (the HTTP maintenance report), never by the pass itself. Each method returns
 plain mappings shaped like the API's response models; members beyond those are passed through.
@@ -11,21 +12,35 @@ from typing import Any
 
 from threadline.maintenance.bindings import BindingWaits
 from threadline.maintenance.faults import RecoveryFaults
+from threadline.maintenance.host_lanes import HostLanes
 from threadline.maintenance.report import PassReport, PassReports
+from threadline.maintenance.schedule_lanes import ScheduleRunner
+from threadline.scheduling import DueQueue
 
 #: How many pass reports the readout lists.
 LISTED_REPORTS = 20
 
 
 class MaintenanceReadout:
-    """The object's recovery faults, binding waits and last pass reports."""
+    """The object's recovery faults, binding waits, last pass reports, schedules and host
+    lanes (these two only when given their sources)."""
 
     def __init__(
-        self, faults: RecoveryFaults, bindings: BindingWaits, reports: PassReports
+        self,
+        faults: RecoveryFaults,
+        bindings: BindingWaits,
+        reports: PassReports,
+        *,
+        schedules: ScheduleRunner | None = None,
+        host_lanes: HostLanes | None = None,
+        due_queue: DueQueue | None = None,
     ) -> None:
         self._faults = faults
         self._bindings = bindings
         self._reports = reports
+        self._schedules = schedules
+        self._host_lanes = host_lanes
+        self._queue = due_queue
 
     def faults(self) -> Sequence[Mapping[str, Any]]:
         """Open recovery faults, one per blocked Thread, by Thread id."""
@@ -57,6 +72,27 @@ class MaintenanceReadout:
         not stored, so one run before the last restart is no longer listed; caught-up passes,
         which did nothing native, are never listed). See :meth:`PassReports.listed`."""
         return [_report(report) for report in self._reports.listed(LISTED_REPORTS)]
+
+    def schedules(self) -> Sequence[Mapping[str, Any]]:
+        """Each declared schedule: declaration, next and last fire, last error, state."""
+        return () if self._schedules is None else self._schedules.readout()
+
+    def host_lanes(self) -> Sequence[Mapping[str, Any]]:
+        """Each declared host lane: phase, allowance and its due-queue row (idle if none)."""
+        if self._host_lanes is None or self._queue is None:
+            return ()
+        out: list[Mapping[str, Any]] = []
+        for declared in sorted(self._host_lanes, key=lambda lane: lane.id):
+            row = self._queue.get(declared.id)
+            out.append({
+                "id": declared.id,
+                "phase": declared.phase.value,
+                "dispatch_timeout_ms": declared.dispatch_timeout_ms,
+                "state": "idle" if row is None else row.state.value,
+                "due_at": None if row is None else row.due_at,
+                "stalls": 0 if row is None else row.stalls,
+            })
+        return out
 
 
 def _report(report: PassReport) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from threadline.scheduling.failpoints import (
     FAILPOINT_LOCATIONS,
     MAINTENANCE_LOCATIONS,
     RUNTIME_LOCATIONS,
+    SCHEDULE_LOCATIONS,
     FailpointGate,
     Failpoints,
 )
@@ -83,6 +84,7 @@ __all__ = [
     "PUBLICATION",
     "RECOVERY_EVENTS",
     "RUNTIME_LOCATIONS",
+    "SCHEDULE_LOCATIONS",
     "AlarmDecision",
     "AlarmService",
     "DueQueue",

@@ -93,6 +93,13 @@ ON CONFLICT (id) DO UPDATE SET
     cursor = max(tl_lanes.cursor, excluded.cursor),
     revision = tl_lanes.revision + 1
 """
+# A lane's deadline replaced by its owner's new declaration: due exactly then, fresh budget.
+_RESCHEDULE = """
+INSERT INTO tl_lanes (id, due_at, state, revision) VALUES (?, ?, 'due', 1)
+ON CONFLICT (id) DO UPDATE SET
+    due_at = excluded.due_at, state = 'due', not_before = 0, stalls = 0, reported = 0,
+    revision = tl_lanes.revision + 1
+"""
 # Native progress when the native lane is already due by then with its budget full: only the
 # revision would change, and no wave fences on it (a burst of admissions writes it once).
 _ENROLL_PROGRESS_NATIVE = _ENROLL_PROGRESS + """WHERE tl_lanes.due_at IS NULL
@@ -118,6 +125,13 @@ UPDATE tl_lanes SET
     due_at = CASE WHEN state = 'parked' THEN max(?, not_before) ELSE ? END,
     not_before = CASE WHEN state = 'parked' THEN max(?, not_before) ELSE ? END
 WHERE id = ? AND revision = ? AND due_at IS NOT NULL
+"""
+# A deadline fixed before the wave ran (a schedule's next fire time) holds whatever the wave's
+# outcome: neither a backoff nor a parking postpones the lane past it. Only ever earlier, and
+# the revision is kept: it is the lane's own deadline, not new work racing a wave.
+_BRING_FORWARD = """
+UPDATE tl_lanes SET due_at = min(due_at, ?), not_before = min(not_before, ?)
+WHERE id = ? AND due_at IS NOT NULL AND (due_at > ? OR not_before > ?)
 """
 # The running wave moved work forward: the stall budget refills, a parking ends with its report,
 # and the crash fallback comes no later than the given one. Nothing is written when the lane
@@ -283,6 +297,19 @@ class DueQueue:
             self._storage.exec(_ENROLL, lane_id, int(due_at))
         return True
 
+    def reschedule(self, lane_id: str, due_at: int) -> None:
+        """Make the host lane ``lane_id`` due exactly at ``due_at``, with a fresh budget.
+
+        For a lane whose every deadline its owner derives from a declaration that a deploy
+        replaced (a schedule whose fire times changed): its former deadline, backoff, retry
+        floor and parking belong to the old declaration. Bumps the revision, like any
+        enrollment, so a wave that held the lane does not complete it over this.
+        """
+        if validate_lane_id(lane_id) == NATIVE:
+            raise SchedulingError("the native lane's deadline is the pass's to decide")
+        self.lane_enrollments += 1
+        self._storage.exec(_RESCHEDULE, lane_id, int(due_at))
+
     def progress(self, lane_id: str, due_at: int, cursor: int) -> bool:
         """Enroll the lane for the source fact named by ``cursor``; True when it is progress.
 
@@ -363,6 +390,19 @@ class DueQueue:
             _REPLENISH, fallback, fallback, lane_id, fallback, fallback
         ).changed
         return changed == 1
+
+    def bring_forward(self, lane_id: str, by: int) -> bool:
+        """Make the due lane ``lane_id`` due no later than ``by``, its retry floor included.
+
+        For a deadline the lane's own work fixed before its wave ran, such as a schedule's next
+        fire time: a failed wave's backoff and a parking's hourly floor may not postpone it
+        (the lane stays parked, with its report, and still backs off from anything earlier).
+        Keeps the revision, so the wave holding the lane still completes it; an idle lane is
+        left alone, and nothing is written when the lane is already due by then. True when
+        the row changed.
+        """
+        by = int(by)
+        return self._storage.exec(_BRING_FORWARD, by, by, lane_id, by, by).changed == 1
 
     def checkpoint_native(self, due_at: int | None) -> None:
         """Set the native lane's deadline as decided by a pass (None: nothing native is due).

@@ -48,8 +48,18 @@ RUNTIME_LOCATIONS: tuple[str, ...] = (
     "settle:before",
     "settle:after",
 )
+#: Boundaries of one schedule run (a fire), in the order a run meets them: its fire recorded
+#: as pending before the schedule's function is called, the function returned, the run's
+#: completion committed.
+SCHEDULE_LOCATIONS: tuple[str, ...] = (
+    "schedule:fire:recorded",
+    "schedule:run:returned",
+    "schedule:run:completed",
+)
 #: Every location :meth:`Failpoints.install` accepts by default.
-FAILPOINT_LOCATIONS: frozenset[str] = frozenset(MAINTENANCE_LOCATIONS + RUNTIME_LOCATIONS)
+FAILPOINT_LOCATIONS: frozenset[str] = frozenset(
+    MAINTENANCE_LOCATIONS + RUNTIME_LOCATIONS + SCHEDULE_LOCATIONS
+)
 
 #: A handler gets the location; it may raise, or return an awaitable for :meth:`reached`.
 FailpointHandler = Callable[[str], Awaitable[None] | None]
@@ -148,6 +158,7 @@ __all__ = [
     "FAILPOINT_LOCATIONS",
     "MAINTENANCE_LOCATIONS",
     "RUNTIME_LOCATIONS",
+    "SCHEDULE_LOCATIONS",
     "FailpointGate",
     "FailpointHandler",
     "Failpoints",

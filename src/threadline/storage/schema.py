@@ -465,10 +465,36 @@ _LOSSES = (
             OR loss_cause IN ('reset', 'interrupted', 'lease-expired'))""",
 )
 
+# One row per schedule the application declares (``@app.every``, ``@app.cron``), written at
+# start-up and by each run; the schedule's runs are waves of the host lane of the same id.
+# ``spec`` names the fire times the stored ones were computed for: a deploy that changes it
+# starts the schedule afresh. ``next_fire`` is the durable next fire time. ``pending_fire`` is
+# the fire a run was recorded for before the schedule's function was called, until that run's
+# completion clears it (a compare-and-set on it, so a fire completes once): a run lost with
+# the object, or that failed, runs that fire again, with the same default idempotency keys.
+# ``failures`` counts the failed runs of the pending fire; ``last_*`` are for operators.
+_SCHEDULES = (
+    """CREATE TABLE tl_schedules (
+        id TEXT PRIMARY KEY NOT NULL,
+        spec TEXT NOT NULL,
+        next_fire INTEGER NOT NULL CHECK (next_fire >= 0),
+        pending_fire INTEGER CHECK (pending_fire IS NULL OR pending_fire >= 0),
+        failures INTEGER NOT NULL DEFAULT 0 CHECK (failures >= 0),
+        last_fire INTEGER,
+        last_ended_at INTEGER,
+        last_error_type TEXT,
+        last_error TEXT,
+        last_failed_at INTEGER,
+        last_failed_fire INTEGER,
+        CHECK ((last_error_type IS NULL) = (last_failed_at IS NULL)),
+        CHECK ((last_fire IS NULL) = (last_ended_at IS NULL))
+    ) WITHOUT ROWID""",
+)
+
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
 MIGRATIONS: list[tuple[str, ...]] = [
     _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS, _LEAN_SUBMISSIONS,
-    _LEAN_OUTBOX, _HELD_FOLLOWERS, _LOSSES,
+    _LEAN_OUTBOX, _HELD_FOLLOWERS, _LOSSES, _SCHEDULES,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -8,7 +8,9 @@ to the probe object named ``object``; ``/_threads/{object}/{op}`` goes to a
 ``ProbeThreadObject`` (binding ``PROBE_THREADS``): the deployed ``ThreadObjectBase`` with
 test-only agents and two test-only routes (admit, status), so that a submission can be
 admitted and then left to the alarm alone. ``/_schedules/`` computes schedule fire times in the
-Worker itself (``probe_schedules.py``). Every other path goes to the app's ``Default``.
+Worker itself (``probe_schedules.py``). The API of spaces named ``sched-*`` is served by
+``ScheduledThreadObject`` (binding ``SCHEDULED_THREADS``), whose app declares an ``every``
+schedule. Every other path goes to the app's ``Default``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import contextlib
 import json
 import random
 import time
+from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -29,6 +32,7 @@ from workers import DurableObject, Response
 from entry import Default as AppDefault
 from entry import ThreadObject as AppThreadObject
 from entry import app as entry_app
+from threadline import ScheduleContext
 from threadline.app import Application
 from threadline.clock import SystemClock
 from threadline.config import RuntimeConfig
@@ -168,6 +172,24 @@ async def probe_uncertain(turn: Turn) -> Any:
     return {"charged": charged, "attempt": turn.attempt}
 
 
+# The object of the ``sched-*`` spaces: every two seconds its schedule submits the fire time to
+# the Thread ``ticks``, where an agent records it and returns it.
+scheduled_app = Application(RuntimeConfig(alarm_backoff_base_ms=50, alarm_backoff_cap_ms=1_000))
+
+
+@scheduled_app.agent("tick-echo")
+async def tick_echo(turn: Turn) -> Any:
+    """Record the fire it was submitted for, then return it."""
+    await turn.emit({"fire": turn.input["fire"]})
+    return {"fire": turn.input["fire"], "attempt": turn.attempt}
+
+
+@scheduled_app.every(timedelta(seconds=2), id="tick")
+async def tick(ctx: ScheduleContext) -> None:
+    """Each fire admits one submission, keyed by the fire."""
+    await ctx.submit("ticks", {"fire": ctx.fire_ms}, agent="tick-echo")
+
+
 THREADS_PREFIX = "/_threads/"
 THREADS_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS probe_effects ("
@@ -191,6 +213,8 @@ HOLD = "/_hold/"
 #: The API of spaces named ``probe-*`` is served, through the app's own Worker code (token,
 #: ids, sizes), by ``ProbeThreadObject``: its agents can lose an uncertain step in flight.
 PROBE_API = "/v1/spaces/probe-"
+#: The API of spaces named ``sched-*`` is served by ``ScheduledThreadObject``.
+SCHEDULED_API = "/v1/spaces/sched-"
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS probe_items (k TEXT PRIMARY KEY, v TEXT)",
     "CREATE TABLE IF NOT EXISTS probe_plain (id INTEGER PRIMARY KEY, v TEXT)",
@@ -220,6 +244,12 @@ class ProbeApiWorker(AppDefault):
     binding = "PROBE_THREADS"
 
 
+class ScheduledApiWorker(AppDefault):
+    """The app's Worker, forwarding to ``ScheduledThreadObject``."""
+
+    binding = "SCHEDULED_THREADS"
+
+
 class Default(AppDefault):
     """The app's entrypoint, plus a route to the probe objects."""
 
@@ -228,6 +258,8 @@ class Default(AppDefault):
         path = urlsplit(url).path
         if path.startswith(PROBE_API):
             return await ProbeApiWorker(self.ctx, self.env).fetch(request)
+        if path.startswith(SCHEDULED_API):
+            return await ScheduledApiWorker(self.ctx, self.env).fetch(request)
         if path.startswith(HOLD):
             return await self.hold(url, path)
         if path.startswith(SCHEDULES):
@@ -263,6 +295,12 @@ class Default(AppDefault):
         first = await reader.read()
         await asyncio.sleep(seconds)
         return Response.json({"status": stream.status, "first": bool(first.value)})
+
+
+class ScheduledThreadObject(ThreadObjectBase):
+    """The deployed object class with an ``every`` schedule; its alarm runs the fires."""
+
+    app = scheduled_app
 
 
 class ProbeThreadObject(ThreadObjectBase):
