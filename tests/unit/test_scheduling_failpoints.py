@@ -14,7 +14,7 @@ from threadline.scheduling import (
 
 
 def test_locations_cover_the_maintenance_and_runtime_boundaries() -> None:
-    assert len(MAINTENANCE_LOCATIONS) == 20
+    assert len(MAINTENANCE_LOCATIONS) == 21
     assert all(name.startswith("maintenance:") for name in MAINTENANCE_LOCATIONS)
     assert {"attempt:claimed", "step:started", "settle:after"} <= set(RUNTIME_LOCATIONS)
     assert frozenset(MAINTENANCE_LOCATIONS + RUNTIME_LOCATIONS) == FAILPOINT_LOCATIONS
