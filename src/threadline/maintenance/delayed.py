@@ -3,8 +3,9 @@
 A delayed submission waits in ``tl_delayed`` with its due time on this lane. A wave admits
 every submission due, in batches of :data:`ADMIT_BATCH`, each batch one transaction (the moves
 into the FIFO, the native lane's enrollment, the generation, the alarm and the wave's
-progress), then reads when the next one falls due: one indexed row. So the wave that admits
-one due submission reads the same rows with ten or ten thousand others pending. A wave that
+progress). A batch reads the earliest rows of the due index, one more than it may admit: the
+first of them not due yet is when the lane is next due. So the wave that admits one due
+submission reads the same rows with ten or ten thousand others pending. A wave that
 admitted anything reported progress, so it never counts toward parking; one that reaches its
 deadline with submissions still due returns the current time, and the lane is due again at
 once (after the pass's minimum delay).
@@ -54,11 +55,11 @@ class DelayedAdmissions:
             at = self._clock.now_ms()
             if at >= deadline:
                 return at
-            admitted = self._ledger.admit_due(at, self._batch, also=progress)
-            if admitted:
+            batch = self._ledger.admit_due(at, self._batch, also=progress)
+            if batch.admitted:
                 await self._failpoints.reached(ADMITTED)
-            if admitted < self._batch:
-                return self._ledger.next_due()
+            if not batch.more:
+                return batch.next_due
             # A full batch: a turn for native work and the other waves before the next one.
             await self._clock.sleep_until(at)
 

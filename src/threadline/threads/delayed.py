@@ -20,7 +20,7 @@ from threadline.storage.port import Row, Storage
 from threadline.threads.model import MAX_SLEEP_SECONDS, ScheduledSubmission, decode_json
 
 _SELECT = (
-    "SELECT id, thread_id, agent, idempotency_key, input_json, input_digest, due_at,"
+    "SELECT seq, id, thread_id, agent, idempotency_key, input_json, input_digest, due_at,"
     " created_at FROM tl_delayed "
 )
 _INSERT = (
@@ -30,16 +30,26 @@ _INSERT = (
 _BY_ID = _SELECT + "WHERE id = ?"
 _BY_KEY = _SELECT + "WHERE thread_id = ? AND idempotency_key = ?"
 # The index holds (due_at, rowid): the due rows come in due order, those due at the same
-# instant in the order they were made, with no sort.
-_DUE = (
-    "SELECT id, thread_id FROM tl_delayed INDEXED BY tl_delayed_due WHERE due_at <= ?"
-    " ORDER BY due_at, seq LIMIT ?"
+# instant in the order they were made, with no sort. Each read serves the lane twice: the rows
+# due now, then the first one that is not, whose due_at is the lane's next deadline. Most
+# waves find one row due: the first two rows of the index answer then. Otherwise two seeks
+# (at most a batch due, then the next one). Either way what is read is what is returned,
+# however many rows wait.
+_FIRST_TWO = _SELECT + "INDEXED BY tl_delayed_due ORDER BY due_at, seq LIMIT 2"
+_DUE_THEN_NEXT = (
+    "SELECT * FROM (SELECT seq, id, thread_id, agent, idempotency_key, input_json,"
+    " input_digest, due_at, created_at FROM tl_delayed INDEXED BY tl_delayed_due"
+    " WHERE due_at <= ? ORDER BY due_at, seq LIMIT ?)"
+    " UNION ALL SELECT * FROM (SELECT seq, id, thread_id, agent, idempotency_key, input_json,"
+    " input_digest, due_at, created_at FROM tl_delayed INDEXED BY tl_delayed_due"
+    " WHERE due_at > ? ORDER BY due_at, seq LIMIT 1)"
 )
 _NEXT_DUE = "SELECT due_at FROM tl_delayed INDEXED BY tl_delayed_due ORDER BY due_at LIMIT 1"
 _OF_THREAD = (
     _SELECT + "INDEXED BY tl_delayed_thread WHERE thread_id = ? ORDER BY due_at, seq LIMIT ?"
 )
-_DELETE = "DELETE FROM tl_delayed WHERE id = ?"
+# By rowid, and only the row that was read: a row gone since is not taken twice.
+_TAKE = "DELETE FROM tl_delayed WHERE seq = ? AND id = ?"
 
 #: How far ahead a delayed submission may fall due: the bound of every durable delay.
 MAX_DELAY_MS = MAX_SLEEP_SECONDS * 1_000
@@ -47,24 +57,35 @@ MAX_DELAY_MS = MAX_SLEEP_SECONDS * 1_000
 
 @dataclass(frozen=True, slots=True)
 class Delayed:
-    """One ``tl_delayed`` row: the submission, and the digest its key's replays compare."""
+    """One ``tl_delayed`` row as stored (its input still JSON text)."""
 
-    submission: ScheduledSubmission
+    seq: int
+    id: str
+    thread_id: str
+    agent: str
+    idempotency_key: str | None
+    input_json: str
+    #: What a replay of its key compares.
     input_digest: str
+    due_at: int
+    created_at: int
+
+    @property
+    def submission(self) -> ScheduledSubmission:
+        """The scheduled submission, its input decoded."""
+        return ScheduledSubmission(
+            id=self.id, thread_id=self.thread_id, agent=self.agent,
+            idempotency_key=self.idempotency_key, input=decode_json(self.input_json),
+            not_before=self.due_at, created_at=self.created_at,
+        )
 
 
 def _delayed(row: Row) -> Delayed:
     return Delayed(
-        ScheduledSubmission(
-            id=str(row["id"]),
-            thread_id=str(row["thread_id"]),
-            agent=str(row["agent"]),
-            idempotency_key=row["idempotency_key"],
-            input=decode_json(row["input_json"]),
-            not_before=int(row["due_at"]),
-            created_at=int(row["created_at"]),
-        ),
-        str(row["input_digest"]),
+        seq=int(row["seq"]), id=str(row["id"]), thread_id=str(row["thread_id"]),
+        agent=str(row["agent"]), idempotency_key=row["idempotency_key"],
+        input_json=str(row["input_json"]), input_digest=str(row["input_digest"]),
+        due_at=int(row["due_at"]), created_at=int(row["created_at"]),
     )
 
 
@@ -122,10 +143,15 @@ def by_key(storage: Storage, thread_id: str, idempotency_key: str) -> Delayed | 
     return None if row is None else _delayed(row)
 
 
-def due(storage: Storage, now: int, limit: int) -> list[tuple[str, str]]:
-    """``(id, thread_id)`` of at most ``limit`` submissions due at ``now``, in due order."""
-    return [(str(row["id"]), str(row["thread_id"]))
-            for row in storage.exec(_DUE, now, limit)]
+def due_then_next(storage: Storage, now: int, limit: int) -> tuple[list[Delayed], int | None]:
+    """At most ``limit`` delayed submissions due at ``now`` in due order, and when the first
+    one not due yet falls due (None: none waits). Seeks in the due index: the rows read are
+    those returned, however many wait."""
+    rows = [_delayed(row) for row in storage.exec(_FIRST_TWO)]
+    if limit > 1 and len(rows) == 2 and rows[1].due_at <= now:
+        rows = [_delayed(row) for row in storage.exec(_DUE_THEN_NEXT, now, limit, now)]
+    due = [row for row in rows if row.due_at <= now][:limit]
+    return due, next((row.due_at for row in rows if row.due_at > now), None)
 
 
 def next_due(storage: Storage) -> int | None:
@@ -139,9 +165,10 @@ def of_thread(storage: Storage, thread_id: str, *, limit: int) -> list[Scheduled
     return [_delayed(row).submission for row in storage.exec(_OF_THREAD, thread_id, limit)]
 
 
-def delete(storage: Storage, submission_id: str) -> bool:
-    """Remove the row (it was admitted or aborted); False when it was already gone."""
-    return storage.exec(_DELETE, submission_id).changed == 1
+def take(storage: Storage, row: Delayed) -> bool:
+    """Remove ``row`` as it is being admitted; False when it was already gone (admitted or
+    aborted by someone else first)."""
+    return storage.exec(_TAKE, row.seq, row.id).changed == 1
 
 
 __all__ = [
@@ -149,10 +176,10 @@ __all__ = [
     "Delayed",
     "by_key",
     "check_due",
-    "delete",
-    "due",
+    "due_then_next",
     "get",
     "insert",
     "next_due",
     "of_thread",
+    "take",
 ]

@@ -83,14 +83,6 @@ _INSERT = (
     " input_digest, state, not_before, created_at, updated_at)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?)"
 )
-# A delayed submission that fell due, moved as it is: its input is copied, not decoded. It
-# keeps its id, key and creation time, and its due time as the not_before no Attempt precedes.
-_ADMIT_DELAYED = (
-    "INSERT INTO tl_submissions (id, thread_id, seq, agent, idempotency_key, input_json,"
-    " input_digest, state, not_before, created_at, updated_at)"
-    " SELECT id, thread_id, ?, agent, idempotency_key, input_json, input_digest, 'queued',"
-    " due_at, created_at, ? FROM tl_delayed WHERE id = ?"
-)
 _READ_INTENT = (
     "SELECT submission_id, state, reason, requested_at, applied_at FROM tl_abort_intents"
     " WHERE submission_id = ?"
@@ -114,6 +106,17 @@ _ABORT_AT_ONCE = frozenset(
         SubmissionState.TERMINALIZING,
     }
 )
+
+
+@dataclass(frozen=True, slots=True)
+class DueAdmissions:
+    """What one batch of :meth:`Ledger.admit_due` did."""
+
+    admitted: int
+    #: The batch was full: more may be due.
+    more: bool
+    #: When the first submission not due at the batch's time falls due (None: none waits).
+    next_due: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,31 +292,27 @@ class Ledger:
 
     def admit_due(
         self, now: int, limit: int, *, also: Callable[[], None] | None = None
-    ) -> int:
-        """Admit up to ``limit`` delayed submissions due at ``now``; return how many.
+    ) -> DueAdmissions:
+        """Admit up to ``limit`` delayed submissions due at ``now``.
 
         Each takes its Thread's next seq, in due order (those due at the same instant in the
         order they were made), keeping its id. One gate transaction: the moves, the native
         lane's enrollment, the generation (naming the Threads) and the alarm, with ``also``
-        (a lane wave's progress) inside it.
+        (a lane wave's progress) inside it. One statement reads both answers from the due
+        index: the rows due, and the first that is not (when the next one falls due).
         """
 
-        def write() -> int:
-            threads: list[str] = []
-            for submission_id, thread_id in delayed.due(self.storage, now, limit):
-                if admit_delayed(self.storage, submission_id, thread_id, now):
-                    threads.append(thread_id)
+        def write() -> DueAdmissions:
+            due, next_due = delayed.due_then_next(self.storage, now, limit)
+            threads = [row.thread_id for row in due if admit_delayed(self.storage, row, now)]
             if threads:
                 self.gate.record_admission(threads)
                 if also is not None:
                     also()
-            return len(threads)
+            # A full batch may leave some due: the next one's time is then now.
+            return DueAdmissions(len(threads), more=len(due) == limit, next_due=next_due)
 
         return self.gate.mutate(write, invalidates_recovery=False, threads=())
-
-    def next_due(self) -> int | None:
-        """When the earliest delayed submission falls due (one indexed row), or None."""
-        return delayed.next_due(self.storage)
 
     # -- operator decisions ------------------------------------------------------------------
 
@@ -364,7 +363,8 @@ class Ledger:
 
         def write() -> Submission | None:
             now = self.clock.now_ms()
-            if not admit_delayed(self.storage, scheduled.id, scheduled.thread_id, now):
+            row = delayed.get(self.storage, scheduled.id)
+            if row is None or not admit_delayed(self.storage, row, now):
                 return None
             self.storage.exec(_ACCEPT_INTENT, scheduled.id, reason, now)
             if not transitions.settle(
@@ -507,6 +507,7 @@ def enqueue(
     input_digest: str,
     now: int,
     not_before: int | None = None,
+    created_at: int | None = None,
 ) -> None:
     """Write a new queued submission at the end of its Thread's FIFO (creating the Thread).
 
@@ -515,17 +516,21 @@ def enqueue(
     storage.exec(_CREATE_THREAD, thread_id, now, now)
     seq = int(storage.exec(_NEXT_SEQ, thread_id).one()["seq"])
     storage.exec(_INSERT, submission_id, thread_id, seq, agent, idempotency_key, input_json,
-                 input_digest, not_before, now, now)
+                 input_digest, not_before, now if created_at is None else created_at, now)
 
 
-def admit_delayed(storage: Storage, submission_id: str, thread_id: str, now: int) -> bool:
-    """Move the delayed submission into its Thread's FIFO (next seq, same id); False when it
-    is no longer waiting. Inside the caller's gate transaction, which records the admission."""
-    storage.exec(_CREATE_THREAD, thread_id, now, now)
-    seq = int(storage.exec(_NEXT_SEQ, thread_id).one()["seq"])
-    if storage.exec(_ADMIT_DELAYED, seq, now, submission_id).changed != 1:
+def admit_delayed(storage: Storage, row: delayed.Delayed, now: int) -> bool:
+    """Move a delayed submission into its Thread's FIFO: the next seq, under the same id, key
+    and creation time, its due time as the ``not_before`` no Attempt precedes. False, having
+    written nothing, when it is no longer waiting. Inside the caller's gate transaction, which
+    records the admission."""
+    if not delayed.take(storage, row):
         return False
-    return delayed.delete(storage, submission_id)
+    enqueue(storage, submission_id=row.id, thread_id=row.thread_id, agent=row.agent,
+            idempotency_key=row.idempotency_key, input_json=row.input_json,
+            input_digest=row.input_digest, now=now, not_before=row.due_at,
+            created_at=row.created_at)
+    return True
 
 
 def check_abort_reason(reason: object) -> str | None:
@@ -557,6 +562,7 @@ def check_resolution(action: str) -> Resolution:
 __all__ = [
     "MAX_ABORT_REASON_CHARS",
     "AbortIntent",
+    "DueAdmissions",
     "Ledger",
     "admit_delayed",
     "check_abort_reason",

@@ -125,7 +125,7 @@ def keyed_agent(storage: Storage, thread_id: str, idempotency_key: str) -> str |
     if row is not None:
         return str(row["agent"])
     waiting = delayed.by_key(storage, thread_id, idempotency_key)
-    return None if waiting is None else waiting.submission.agent
+    return None if waiting is None else waiting.agent
 
 
 def latest_agent(storage: Storage, thread_id: str) -> str | None:

@@ -84,3 +84,23 @@ async def _sooner() -> None:
 
 def test_a_delayed_submission_due_sooner_than_the_lanes_next_wave_is_admitted_on_time() -> None:
     asyncio.run(_sooner())
+
+
+async def _batches() -> None:
+    ran = Ran()
+    async with simulated(ran) as obj:
+        obj.space.delayed._batch = 2  # a batch per transaction, smaller than what is due
+        await obj.run_alarms()  # a new object's first pass
+        due = START + MINUTE
+        made = [obj.admit(f"t{n % 2}", "echo", f"d{n}", not_before=due) for n in range(7)]
+        later = obj.admit("t0", "echo", "later", not_before=due + MINUTE)
+        reports = await obj.run_alarms(until=due)
+        assert len(reports) == 1 and obj.hits("maintenance:delayed:admitted") == 4
+        assert [admitted(obj, s.id).seq for s in made] == [1, 1, 2, 2, 3, 3, 4]
+        assert isinstance(obj.find(later.id), ScheduledSubmission)
+        await obj.run_alarms()
+        assert ran.inputs()[-1] == "later" and len(ran.inputs()) == 8
+
+
+def test_more_due_than_one_batch_are_all_admitted_by_one_wave_in_order() -> None:
+    asyncio.run(_batches())
