@@ -113,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
                                                                             args.explain)))
         for k in plan["k"]:
             runner.step(f"7 K={k:,} pending delayed submissions [sqlite3]",
-                        lambda k=k: sim.run_sync(lambda: sim.pending_delayed(k, runs,
-                                                                             args.explain)))
+                        lambda k=k: sim.run_sync(lambda: sim.pending_delayed(
+                            k, runs, args.explain, whole=k == plan["k"][0])))
     if "workerd" in systems or "agents" in systems:
         from bench import live
 

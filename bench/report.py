@@ -236,7 +236,8 @@ def draw(path: Path, measurements: list[Measurement]) -> None:
         err = [[s["median"] - s["min"] for _, s in points],
                [s["max"] - s["median"] for _, s in points]]
         ax.errorbar(ks, med, yerr=err, fmt=style, label=label, capsize=3)
-    ax.axhline(10, color="grey", linestyle=":", label="target (10 rows)")
+    ax.axhline(10, color="grey", linestyle=":", label="timers' target (10 rows)")
+    ax.axhline(15, color="green", linestyle=":", label="delayed submissions' target (15 rows)")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("K pending (one due)")
