@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, help="runs per figure (default 5, quick 1)")
     parser.add_argument("--only", action="append", choices=SYSTEMS,
                         help="run only these systems (repeatable)")
-    parser.add_argument("--scenario", action="append", choices=list("123456"),
+    parser.add_argument("--scenario", action="append", choices=list("1234567"),
                         help="run only these scenarios (repeatable; results then go under "
                              ".threadline/bench-partial/ unless --out/--chart say)")
     parser.add_argument("--out", type=Path, help="results file (default bench/results.json)")
@@ -111,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
             runner.step(f"5 K={k:,} pending timers [sqlite3]",
                         lambda k=k: sim.run_sync(lambda: sim.pending_timers(k, runs,
                                                                             args.explain)))
+        for k in plan["k"]:
+            runner.step(f"7 K={k:,} pending delayed submissions [sqlite3]",
+                        lambda k=k: sim.run_sync(lambda: sim.pending_delayed(
+                            k, runs, args.explain, whole=k == plan["k"][0])))
     if "workerd" in systems or "agents" in systems:
         from bench import live
 

@@ -1,4 +1,4 @@
-"""Scenarios 1, 2 and 5 in real workerd (3 and 4 in ``bench.over_http``), and the Agents SDK
+"""Scenarios 1, 2, 5 and 7 in real workerd (3 and 4 in ``bench.over_http``), and the Agents SDK
 side by side (scenario 6).
 
 Both run in the local runtime through miniflare (``scripts/workerd/serve.mjs`` for threadline,
@@ -195,6 +195,58 @@ def pending_timers(runtime: Runtime, k: int, runs: int) -> Measurement:
     return m
 
 
+def pending_delayed(runtime: Runtime, k: int, runs: int, *, whole: bool = False
+                    ) -> list[Measurement]:
+    """Scenario 7 in workerd: ``k`` far delayed submissions pending, one near one falls due;
+    the alarm that admits it into its Thread's FIFO (told apart by the rows it took out of
+    ``tl_delayed``). With ``whole``, also what one delayed submission costs from its
+    admission (the route's own work, as scenario 2 measures it) to its settlement: the
+    admission, the alarm that admits it, and the alarm(s) after it (``execution``)."""
+    m = Measurement("7", WORKERD, f"K={k:,}")
+    admission = Measurement("7", WORKERD, "admission")
+    execution = Measurement("7", WORKERD, "execution")
+    total = Measurement("7", WORKERD, "end to end")
+    obj = Bench(runtime, f"delayed-{k}")
+    obj.call("seed", n=k, agent="unit", input=json.dumps({"n": 1}), prefix="far",
+             delay_ms=FAR_MS)
+
+    def far_only() -> bool:
+        s = obj.status()
+        return bool(s["scheduled"] == k and s["open"] == 0 and s["alarm"] is not None
+                    and s["alarm"] > s["now"] + FAR_MS // 2)
+
+    poll(far_only, f"{k} delayed submissions to be pending")
+    for _ in range(runs):
+        since = obj.status()["alarms"]
+        admitted = obj.call("admit", thread=f"near-{since}", agent="unit",
+                            input=json.dumps({"n": since}), delay_ms=NEAR_MS)
+        if admitted["state"] != "scheduled":
+            raise ScenarioError(f"the near submission is {admitted['state']}, not scheduled")
+        done = admitted["id"]
+        poll(lambda done=done: obj.status(done)["state"] == "settled" and far_only(),
+             "the near submission to be admitted and run")
+        alarms = obj.alarms_since(since)
+        at = [i for i, a in enumerate(alarms) if a["admitted"]]
+        if len(at) != 1 or alarms[at[0]]["admitted"] != 1:
+            raise ScenarioError(f"expected one alarm admitting one submission: {alarms}")
+        m.runs.append(_sum_alarms(alarms[at[0]:at[0] + 1]))
+        cost = admitted["cost"]
+        admit_figures: dict[str, float] = {
+            key: cost[key] for key in ("rows_read", "rows_written", "statements", "set_alarm",
+                                       "delete_alarm")
+        }
+        admit_figures["alarms"] = 0
+        admission.runs.append(admit_figures)
+        ran = {key: value for key, value in _sum_alarms(alarms[at[0] + 1:]).items()
+               if key != "wall_ms"}
+        execution.runs.append(ran)
+        total.runs.append({key: admit_figures[key] + m.runs[-1][key] + ran[key]
+                           for key in admit_figures})
+        if m.explain is None:
+            m.explain = _explain(alarms[at[0]:at[0] + 1])
+    return [m, admission, execution, total] if whole else [m]
+
+
 def run(runner: Any, systems: list[str], plan: dict[str, Any], runs: int,
         explain: bool) -> None:
     """Run the live scenarios of ``systems`` (``workerd``, ``agents``) through ``runner``."""
@@ -239,3 +291,6 @@ def _threadline_live(runner: Any, runtime: Runtime, plan: dict[str, Any], runs: 
     for k in plan["k"]:
         runner.step(f"5 K={k:,} pending timers [workerd]",
                     lambda k=k: pending_timers(runtime, k, runs))
+    for k in plan["k"]:
+        runner.step(f"7 K={k:,} pending delayed submissions [workerd]",
+                    lambda k=k: pending_delayed(runtime, k, runs, whole=k == plan["k"][0]))

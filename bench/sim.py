@@ -1,4 +1,4 @@
-"""Scenarios 1, 2 and 5 under CPython, on ``threadline.testing.SimulatedObject``.
+"""Scenarios 1, 2, 5 and 7 under CPython, on ``threadline.testing.SimulatedObject``.
 
 The storage is sqlite3, whose meter is approximate (rows returned and rows changed, no index
 entries), hence the label "sqlite3 approximation". Time is a manual clock: wall time is the
@@ -18,7 +18,7 @@ from bench_meter import Cost, StatementLog
 from bench.model import SIM, Measurement, ScenarioError
 from threadline.maintenance import PassPhase
 from threadline.testing import SimulatedObject
-from threadline.threads.model import SubmissionState
+from threadline.threads.model import ScheduledSubmission, SubmissionState
 
 #: A timer that stays pending for the whole benchmark (one day).
 FAR_MS = 86_400_000
@@ -136,6 +136,65 @@ async def pending_timers(k: int, runs: int, explain: bool = False) -> Measuremen
             if explain and run == 0:
                 m.explain = cost.as_dict(explain=True)["by_statement"]
     return m
+
+
+async def pending_delayed(
+    k: int, runs: int, explain: bool = False, *, whole: bool = False
+) -> list[Measurement]:
+    """Scenario 7: ``k`` delayed submissions pending, one falls due; cost of the alarm that
+    admits it into its Thread's FIFO. With ``whole``, also what one delayed submission costs
+    from its admission (the POST's work) to its settlement: the admission, the alarm that
+    admits it, and the alarm(s) that run it (``execution``)."""
+    m = Measurement("7", SIM, f"K={k:,}")
+    admission = Measurement("7", SIM, "admission")
+    execution = Measurement("7", SIM, "execution")
+    total = Measurement("7", SIM, "end to end")
+    async with SimulatedObject(app) as obj:
+        far = obj.clock.now_ms() + FAR_MS
+
+        def schedule() -> None:
+            for i in range(k):
+                obj.admit(f"far-{i}", "unit", {"n": i}, not_before=far)
+
+        obj.storage.transaction(schedule)
+        # A new object's first pass (it starts dirty), not measured.
+        await obj.run_alarms(until=obj.clock.now_ms() + NEAR_MS // 2)
+        log = StatementLog(obj.storage)
+        for run in range(runs):
+            with log.measure() as admit_cost:
+                started = time.perf_counter()
+                sub = obj.admit(f"near-{run}", "unit", {"n": run},
+                                not_before=obj.clock.now_ms() + NEAR_MS)
+                admit_wall = time.perf_counter() - started
+            due = obj.alarm_at
+            if not isinstance(sub, ScheduledSubmission) or due != sub.not_before:
+                raise ScenarioError(f"the near submission is not scheduled for its time: {sub}")
+            with log.measure() as cost:
+                started = time.perf_counter()
+                reports = await obj.run_alarms(until=due)
+                wall = time.perf_counter() - started
+            if len(reports) != 1 or isinstance(obj.find(sub.id), ScheduledSubmission):
+                raise ScenarioError(f"one alarm should admit {sub.id}: {reports!r}")
+            with log.measure() as exec_cost:
+                started = time.perf_counter()
+                ran = await obj.run_alarms(until=obj.clock.now_ms() + NEAR_MS // 2)
+                exec_wall = time.perf_counter() - started
+            if obj.submission(sub.id).state is not SubmissionState.SETTLED:
+                raise ScenarioError(f"{sub.id} was admitted but did not run")
+            waiting = _pending_delayed(obj)
+            if waiting != k:
+                raise ScenarioError(f"{waiting} delayed submissions pending, expected {k}")
+            m.runs.append(_figures(cost, wall, len(reports)))
+            admission.runs.append(_figures(admit_cost, admit_wall, 0))
+            execution.runs.append(_figures(exec_cost, exec_wall, len(ran)))
+            total.runs.append(_sum(_sum(admission.runs[-1], m.runs[-1]), execution.runs[-1]))
+            if explain and run == 0:
+                m.explain = cost.as_dict(explain=True)["by_statement"]
+    return [m, admission, execution, total] if whole else [m]
+
+
+def _pending_delayed(obj: SimulatedObject) -> int:
+    return int(obj.storage.exec("SELECT COUNT(*) AS n FROM tl_delayed").one()["n"])
 
 
 def _pending_timers(obj: SimulatedObject) -> int:

@@ -101,6 +101,14 @@ def _judge_timers(ms: list[Measurement]) -> list[str]:
     return [f"{m.case}: " + _at_most("rows read", m.median("rows_read") or 0, 10) for m in ms]
 
 
+def _judge_delayed(ms: list[Measurement]) -> list[str]:
+    ms = [m for m in ms if m.case.startswith("K=")]  # the admission and end to end are shown
+    out = [f"{m.case}: " + _at_most("rows read", m.median("rows_read") or 0, 15) for m in ms]
+    shapes = {(m.median("rows_read"), billed_written(m)) for m in ms}
+    out.append("flat in K: " + ("met" if len(shapes) == 1 else f"MISSED {shapes}"))
+    return out
+
+
 SCENARIOS = [
     Scenario(
         "1", "caught-up pass with 0 / 1,000 / 10,000 settled submissions",
@@ -130,6 +138,11 @@ SCENARIOS = [
     Scenario(
         "6", "side by side with the Agents SDK (schedule() / queue())",
         "ratio Agents SDK / threadline",
+    ),
+    Scenario(
+        "7", "K pending delayed submissions, one due: the alarm that admits it",
+        "at most 15 rows read, flat in K",
+        judge=_judge_delayed,
     ),
 ]
 

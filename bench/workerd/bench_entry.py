@@ -29,6 +29,7 @@ PREFIX = "/_bench/"
 _OPEN_TIMERS = "SELECT COUNT(*) AS n FROM tl_waits WHERE state = 'open' AND kind = 'timer'"
 _OPEN = "SELECT COUNT(*) AS n FROM tl_submissions WHERE state <> 'settled'"
 _STATE = "SELECT state FROM tl_submissions WHERE id = ?"
+_SCHEDULED = "SELECT COUNT(*) AS n FROM tl_delayed"
 
 # The example Worker's agent, unchanged, for the scenarios that go through the HTTP API.
 bench_app.agent("echo")(echo)
@@ -69,8 +70,10 @@ class BenchThreadObject(ThreadObjectBase):
         self.alarms: list[dict[str, Any]] = []
 
     async def alarm(self, alarm_info: Any = None) -> None:
-        """The deployed alarm, with its storage cost recorded."""
+        """The deployed alarm, with its storage cost recorded (and, unmetered, how many
+        delayed submissions its pass admitted)."""
         started = _now_ms()
+        waiting = self._scheduled()
         with self.log.measure() as cost:
             await super().alarm(alarm_info)
         recent = self.space.maintenance.reports.recent
@@ -81,8 +84,12 @@ class BenchThreadObject(ThreadObjectBase):
             "phase": None if report is None else str(report.phase),
             "settled": None if report is None else report.settled,
             "dispatched": None if report is None else report.dispatched,
+            "admitted": waiting - self._scheduled(),
             **cost.as_dict(explain=True),
         })
+
+    def _scheduled(self) -> int:
+        return int(self.log.unmetered_exec(_SCHEDULED).scalar())
 
     async def fetch(self, request: Any) -> Response:
         url = urlsplit(str(request.url))
@@ -99,22 +106,30 @@ class BenchThreadObject(ThreadObjectBase):
             return Response.json({"error": f"{type(exc).__name__}: {exc}"}, status=500)
         return Response(json.dumps(body), headers={"content-type": "application/json"})
 
-    async def op_admit(self, thread: str, agent: str, input: str) -> dict[str, Any]:
-        """Admit one submission, metered (the admission half of scenario 2)."""
+    async def op_admit(
+        self, thread: str, agent: str, input: str, delay_ms: str = ""
+    ) -> dict[str, Any]:
+        """Admit one submission (delayed by ``delay_ms`` when given), metered (the admission
+        half of scenario 2)."""
         ledger = self.space.runtime.ledger
+        due = _now_ms() + int(delay_ms) if delay_ms else None
         with self.log.measure() as cost:
-            admitted = ledger.admit(thread, agent, json.loads(input))
-        return {"id": admitted.submission.id, "cost": cost.as_dict(explain=True),
-                "alarms": len(self.alarms)}
+            admitted = ledger.admit(thread, agent, json.loads(input), not_before=due)
+        return {"id": admitted.submission.id, "state": str(admitted.submission.state),
+                "cost": cost.as_dict(explain=True), "alarms": len(self.alarms)}
 
-    async def op_seed(self, n: str, agent: str, input: str, prefix: str) -> dict[str, Any]:
-        """Admit ``n`` submissions, one Thread each, in one transaction (not metered)."""
+    async def op_seed(
+        self, n: str, agent: str, input: str, prefix: str, delay_ms: str = ""
+    ) -> dict[str, Any]:
+        """Admit ``n`` submissions (delayed by ``delay_ms`` when given), one Thread each, in
+        one transaction (not metered)."""
         ledger = self.space.runtime.ledger
         value = json.loads(input)
+        due = _now_ms() + int(delay_ms) if delay_ms else None
 
         def admit() -> None:
             for i in range(int(n)):
-                ledger.admit(f"{prefix}-{i}", agent, value)
+                ledger.admit(f"{prefix}-{i}", agent, value, not_before=due)
 
         self.storage.transaction(admit)
         return {"admitted": int(n)}
@@ -146,12 +161,13 @@ class BenchThreadObject(ThreadObjectBase):
         """Counts for the driver's polls (not metered), and one submission's state."""
         state = None
         if id:
-            row = self.log.unmetered_exec(_STATE, id).one()
-            state = str(row["state"])
+            row = self.log.unmetered_exec(_STATE, id).first()
+            state = "scheduled" if row is None else str(row["state"])
         return {
             "state": state,
             "open": int(self.log.unmetered_exec(_OPEN).scalar()),
             "open_timers": int(self.log.unmetered_exec(_OPEN_TIMERS).scalar()),
+            "scheduled": self._scheduled(),
             "alarm": await self._alarm_slot(),
             "alarms": len(self.alarms),
             "now": _now_ms(),

@@ -22,6 +22,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
@@ -100,12 +101,19 @@ def _submission(space: str, thread: str, submission_id: str) -> str:
     return _path(space, "threads", thread, "submissions", submission_id)
 
 
-def _submit_body(input: Any, agent: str | None, idempotency_key: str | None) -> dict[str, Any]:
+def _submit_body(
+    input: Any, agent: str | None, idempotency_key: str | None, not_before: datetime | int | None
+) -> dict[str, Any]:
     body: dict[str, Any] = {"input": input}
     if agent is not None:
         body["agent"] = agent
     if idempotency_key is not None:
         body["idempotency_key"] = idempotency_key
+    if isinstance(not_before, datetime):
+        # A naive datetime goes out without an offset, and the API refuses it (422).
+        body["not_before"] = not_before.isoformat()
+    elif not_before is not None:
+        body["not_before"] = not_before
     return body
 
 
@@ -138,10 +146,11 @@ class _Call(Generic[M]):
 
 
 def _submit_call(
-    space: str, thread: str, input: Any, agent: str | None, idempotency_key: str | None
+    space: str, thread: str, input: Any, agent: str | None, idempotency_key: str | None,
+    not_before: datetime | int | None,
 ) -> _Call[SubmissionView]:
     return _Call("POST", _thread(space, thread) + "/submissions", SubmissionView,
-                 json=_submit_body(input, agent, idempotency_key))
+                 json=_submit_body(input, agent, idempotency_key, not_before))
 
 
 def _get_submission_call(space: str, thread: str, submission_id: str) -> _Call[SubmissionDetail]:
@@ -243,9 +252,17 @@ class Client:
         *,
         agent: str | None = None,
         idempotency_key: str | None = None,
+        not_before: datetime | int | None = None,
     ) -> SubmissionView:
-        """Submit input to a Thread; an exact replay of an idempotency key returns the first."""
-        return self._send(_submit_call(space, thread, input, agent, idempotency_key))
+        """Submit input to a Thread; an exact replay of an idempotency key returns the first.
+
+        ``not_before`` (an aware ``datetime``, or epoch milliseconds) delays it: until then it
+        is ``scheduled`` (``seq`` None) and input submitted meanwhile goes ahead of it; when
+        it falls due it takes its place in the Thread's FIFO. A time in the past admits at
+        once; a naive datetime, or one more than 366 days ahead, is refused (422).
+        """
+        return self._send(
+            _submit_call(space, thread, input, agent, idempotency_key, not_before))
 
     def get_submission(self, space: str, thread: str, submission_id: str) -> SubmissionDetail:
         """A submission with its waits, journal summary and abort intent."""
@@ -379,9 +396,11 @@ class AsyncClient:
         *,
         agent: str | None = None,
         idempotency_key: str | None = None,
+        not_before: datetime | int | None = None,
     ) -> SubmissionView:
         """See :meth:`Client.submit`."""
-        return await self._send(_submit_call(space, thread, input, agent, idempotency_key))
+        return await self._send(
+            _submit_call(space, thread, input, agent, idempotency_key, not_before))
 
     async def get_submission(
         self, space: str, thread: str, submission_id: str

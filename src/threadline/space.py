@@ -18,6 +18,7 @@ from threadline.errors import SchedulingError
 from threadline.ids import IdSource, RandomIds
 from threadline.maintenance import LaneRunner, Maintenance, MaintenanceParts, PassReport
 from threadline.maintenance.bindings import BindingWaits
+from threadline.maintenance.delayed import DELAYED_DISPATCH_TIMEOUT_MS, DelayedAdmissions
 from threadline.maintenance.faults import (
     RECOVERY_EVENTS_DISPATCH_TIMEOUT_MS,
     RecoveryEvents,
@@ -26,7 +27,13 @@ from threadline.maintenance.faults import (
 from threadline.maintenance.host_lanes import epoch_ms, handler_for
 from threadline.maintenance.readout import MaintenanceReadout
 from threadline.maintenance.schedule_lanes import ScheduleRunner
-from threadline.scheduling import RECOVERY_EVENTS, Failpoints, Scheduler, build_scheduler
+from threadline.scheduling import (
+    DELAYED,
+    RECOVERY_EVENTS,
+    Failpoints,
+    Scheduler,
+    build_scheduler,
+)
 from threadline.storage.port import Storage
 from threadline.storage.schema import migrate, schema_version
 from threadline.threads.runtime import ThreadRuntime
@@ -71,6 +78,10 @@ class Space:
                                 self.rng)
         self.lanes.register(RECOVERY_EVENTS, self.recovery_events.run_lane,
                             dispatch_timeout_ms=RECOVERY_EVENTS_DISPATCH_TIMEOUT_MS)
+        self.delayed = DelayedAdmissions(self.runtime.ledger, self.clock,
+                                         self.scheduler.failpoints)
+        self.lanes.register(DELAYED, self.delayed.run_lane,
+                            dispatch_timeout_ms=DELAYED_DISPATCH_TIMEOUT_MS)
         for lane in app.lanes:
             self.lanes.register(lane.id, handler_for(lane, storage),
                                 dispatch_timeout_ms=lane.dispatch_timeout_ms, phase=lane.phase)

@@ -37,11 +37,12 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from threadline.app import Application
-from threadline.clock import ManualClock
-from threadline.errors import Evicted, StorageError
+from threadline.clock import ManualClock, to_epoch_ms
+from threadline.errors import Conflict, Evicted, StorageError, ValidationFailed
 from threadline.ids import RandomIds
 from threadline.maintenance import PassReport
 from threadline.scheduling import (
+    DELAYED,
     NATIVE,
     DueQueue,
     Failpoints,
@@ -52,13 +53,14 @@ from threadline.scheduling import (
 from threadline.space import Space
 from threadline.storage import SqliteStorage
 from threadline.storage.port import Rows, SqlValue
-from threadline.threads import transitions
+from threadline.threads import delayed, transitions
 from threadline.threads import waits as wait_rows
 from threadline.threads.ledger import Ledger
 from threadline.threads.model import (
     ApprovalDecision,
     JsonValue,
     Resolution,
+    ScheduledSubmission,
     Settlement,
     Submission,
 )
@@ -449,10 +451,31 @@ class SimulatedObject:
         return self.runtime.ledger
 
     def admit(
-        self, thread: str, agent: str, input: JsonValue, key: str | None = None
-    ) -> Submission:
-        """Admit ``input`` for ``agent`` on ``thread`` (idempotent with ``key``)."""
-        return self.ledger.admit(thread, agent, input, key).submission
+        self,
+        thread: str,
+        agent: str,
+        input: JsonValue,
+        key: str | None = None,
+        *,
+        not_before: datetime | int | None = None,
+    ) -> Submission | ScheduledSubmission:
+        """Admit ``input`` for ``agent`` on ``thread`` (idempotent with ``key``).
+
+        With ``not_before`` (an aware datetime, or epoch ms) ahead of the clock, it is a
+        delayed submission: a :class:`~threadline.threads.ScheduledSubmission` until the
+        object's alarm admits it when it falls due (see :meth:`Ledger.admit`).
+        """
+        due = not_before
+        if isinstance(due, datetime):
+            try:
+                due = to_epoch_ms(due)
+            except ValueError as exc:
+                raise ValidationFailed(f"not_before: {exc}", field="not_before") from None
+        return self.ledger.admit(thread, agent, input, key, not_before=due).submission
+
+    def find(self, submission_id: str) -> Submission | ScheduledSubmission:
+        """Read one submission, admitted or still scheduled."""
+        return self.ledger.find(submission_id)
 
     def approve(
         self, submission_id: str, key: str, payload: JsonValue = None, *, approved: bool = True
@@ -520,10 +543,10 @@ def alarm_invariant_problem(
     """What breaks the alarm invariant in ``storage`` at ``now``, or None when it holds.
 
     The invariant, outside a running alarm handler: if any lane is due, the alarm slot is set
-    no later than ``max(earliest due, now + min_delay)``; and a generation not yet processed
-    has its native lane due. ``holds`` are the running incarnation's in-memory lane holds
-    (:meth:`DueQueue.hold`, for a lane storage refuses to back off): a held lane's earliest
-    due is the end of its hold.
+    no later than ``max(earliest due, now + min_delay)``; a generation not yet processed
+    has its native lane due; delayed submissions waiting have their lane due. ``holds`` are
+    the running incarnation's in-memory lane holds (:meth:`DueQueue.hold`, for a lane storage
+    refuses to back off): a held lane's earliest due is the end of its hold.
     """
     queue = DueQueue(storage, app.config, random.Random(0))
     for lane_id, until in (holds or {}).items():
@@ -541,6 +564,10 @@ def alarm_invariant_problem(
             f"generation {state.dirty} is not processed ({state.processed}) "
             "but the native lane is idle"
         )
+    waiting = delayed.next_due(storage)
+    lane = queue.get(DELAYED)
+    if waiting is not None and (lane is None or lane.due_at is None):
+        return f"a delayed submission falls due at {waiting} but the delayed lane is idle"
     return None
 
 
@@ -612,7 +639,11 @@ class ThreadHarness:
         self, thread: str, input: Any, *, agent: str = "echo", key: str | None = None
     ) -> Submission:
         """Admit ``input`` for ``agent`` on ``thread``."""
-        return self.ledger.admit(thread, agent, input, key).submission
+        admitted = self.ledger.admit(thread, agent, input, key).submission
+        if not isinstance(admitted, Submission):
+            raise Conflict(f"idempotency key {key!r} names a scheduled submission",
+                           field="idempotency_key")
+        return admitted
 
     def get(self, submission_id: str) -> Submission:
         """Read one submission."""

@@ -59,7 +59,7 @@ def test_a_named_thread_without_a_submission_reads_as_empty_and_writes_nothing(
     assert summary.status == 200, summary.body
     assert summary.json() == {
         "id": "fresh", "submissions": 0, "open_submissions": 0, "history_seq": 0,
-        "created_at": None, "updated_at": None, "open": [],
+        "created_at": None, "updated_at": None, "open": [], "scheduled": [],
     }
     history = api.call("GET", api.thread_path("fresh") + "/history?after=3")
     assert history.status == 200, history.body

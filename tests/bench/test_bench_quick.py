@@ -26,7 +26,8 @@ def test_bench_quick_runs_every_scenario(tmp_path: Path) -> None:
     assert results["failures"] == []
     seen = {(m["scenario"], m["system"], m["case"]) for m in results["measurements"]}
     for system in ("threadline (sqlite3 approximation)", "threadline (workerd)"):
-        for scenario, case in [("1", "settled=0"), ("2", "end to end"), ("5", "K=10")]:
+        for scenario, case in [("1", "settled=0"), ("2", "end to end"), ("5", "K=10"),
+                               ("7", "K=10"), ("7", "end to end")]:
             assert (scenario, system, case) in seen, (scenario, system, case)
     for case in ("schedule() K=10", "queue() end to end"):
         assert ("6", "agents sdk (workerd)", case) in seen
@@ -43,7 +44,8 @@ def test_bench_quick_runs_every_scenario(tmp_path: Path) -> None:
         assert m["runs"] >= 1
         if m["scenario"] not in ("3", "4"):
             assert "rows_read" in m["figures"] and "rows_written" in m["figures"]
-    assert {r["what"] for r in results["side_by_side"]} >= {"one unit of work, end to end"}
+    assert {r["what"] for r in results["side_by_side"]} >= {
+        "one unit of work, end to end", "K=10 delayed submissions pending, one due (alarm)"}
     assert chart.stat().st_size > 0
     assert "Targets:" in done.stdout
     assert "skipped" not in done.stderr and "not measured" not in done.stdout

@@ -28,6 +28,10 @@ and humans act whenever the object waits for them. Every run must keep these inv
   completed fire present), no fire ran twice to completion, every fire of the window completed
   and every scheduled submission settled once, and at the end only the schedules' lanes are
   due, at their next fire.
+* each delayed submission was admitted exactly once, behind the input its Thread received
+  meanwhile, and no earlier than its due time (or aborted while scheduled), and each
+  ``turn.submit`` admitted exactly once: its Thread holds just the submissions its agent's
+  result names, each settled once; nothing is left scheduled at the end.
 
 A failpoint that no scenario reaches fails ``test_every_failpoint_is_reached``.
 """
@@ -53,7 +57,7 @@ from threadline.schedules import fire_key
 from threadline.scheduling import FAILPOINT_LOCATIONS, read_state
 from threadline.scheduling.due_queue import DueQueue
 from threadline.testing import Effects, SimulatedObject, StatementFailure, is_eviction
-from threadline.threads import Outcome, SubmissionState, Turn, transitions
+from threadline.threads import Outcome, ScheduledSubmission, SubmissionState, Turn, transitions
 
 START = 1_700_000_000_000
 SEEDS = (0, 1)
@@ -157,6 +161,15 @@ def build_app(world: World, *, with_ghost: bool, schedules: bool = False) -> App
         await turn.wake_lane("digest")
         return [a, await turn.step("c", effect(turn, "c"))]
 
+    @app.agent("submitter")
+    async def submitter(turn: Turn) -> Any:
+        a = await turn.step("a", effect(turn, "a"))
+        out = f"{turn.thread_id}-out"
+        now = await turn.submit(out, {"n": a}, agent="step1")
+        later = await turn.submit(out, {"n": a}, agent="step1",
+                                  not_before=timedelta(milliseconds=SUBMIT_DELAY_MS))
+        return [a, now, later, await turn.step("c", effect(turn, "c"))]
+
     @app.lane("sync")
     async def sync(ctx: LaneContext) -> None:
         world.lane_waves["sync"] += 1
@@ -203,6 +216,9 @@ class Item:
     #: "abort-queued" right after admitting it, "corrupt-timer" (damage its timer's row so that
     #: recovery fails, then repair it once the fault shows).
     human: str = ""
+    #: Admitted with ``not_before`` this far from the admission (a delayed submission when
+    #: ahead, admitted at once when behind); None: no due time.
+    delay_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -253,7 +269,18 @@ WINDOW_FIRES = {
     "minutely": [fire for fire in range(START + 1, START + 130_001) if fire % 60_000 == 0],
     "pulse": [START + n * 20_000 for n in range(1, 7)],
 }
-SCENARIOS = {s.name: s for s in (ONE, THREADS, LANES, SCHEDULES)}
+#: Delayed submissions (over HTTP, as a client makes them) and ``turn.submit``s (one at once,
+#: one delayed).
+DELAYED = Scenario(
+    "delayed-submissions",
+    (
+        Item("d1", "step1", delay_ms=3_000), Item("d1", "flow"),
+        Item("d2", "step1", delay_ms=3_000), Item("d2", "step1", "abort-queued", delay_ms=6_000),
+        Item("d3", "submitter"), Item("d3", "step1", delay_ms=-1_000),
+    ),
+)
+SUBMIT_DELAY_MS = 2_000
+SCENARIOS = {s.name: s for s in (ONE, THREADS, LANES, SCHEDULES, DELAYED)}
 #: Humans look at the object once per simulated second; the alarm runs in between.
 TICK_MS = 1_000
 MAX_TICKS = 300
@@ -286,6 +313,8 @@ class Run:
     failure: StatementFailure | None = None
     #: What had happened at each loss of the object (before it restarted).
     losses: list[Loss] = field(default_factory=list)
+    #: The due time of each delayed submission admitted as scheduled.
+    due: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -346,6 +375,9 @@ async def retrying(obj: SimulatedObject, action: Callable[[], Any]) -> Any:
 
 async def admit(obj: SimulatedObject, scenario: Scenario, item: Item, n: int) -> Any:
     """Admit item ``n``, idempotent by key: a retry after a loss finds the committed one."""
+    if item.delay_ms is not None:
+        return obj.admit(item.thread, item.agent, n, f"k{n}",
+                         not_before=obj.clock.now_ms() + item.delay_ms)
     if item.thread not in scenario.slow_producer:
         return obj.admit(item.thread, item.agent, n, f"k{n}")
     # A producer whose body awaits (it reads a request, say): prearmed, then committed.
@@ -376,6 +408,8 @@ async def play(
     for n, item in enumerate(scenario.items):
         admitted = await retrying(obj, lambda i=item, n=n: admit(obj, scenario, i, n))
         run.ids.append(admitted.id)
+        if isinstance(admitted, ScheduledSubmission):
+            run.due[admitted.id] = admitted.not_before
         if item.human == "abort-queued":
             await retrying(obj, lambda s=admitted.id: obj.abort(s, "changed my mind"))
     deployed = not scenario.needs_deploy
@@ -447,7 +481,7 @@ def visible_waits(
     problems = []
     blocked = {fault.thread_id for fault in obj.space.faults.all()}
     for sub_id, item in zip(ids, scenario.items, strict=True):
-        sub = obj.submission(sub_id)
+        sub = obj.find(sub_id)
         if sub.state is SubmissionState.SETTLED or item.thread in blocked:
             continue
         kinds = {w.kind for w in open_waits(obj, sub_id) or []}
@@ -471,8 +505,12 @@ def check(run: Run, scenario: Scenario) -> list[str]:
     if len(run.ids) != len(scenario.items):
         problems.append(f"admitted {len(run.ids)} of {len(scenario.items)}")
     settlements = Counter(run.world.settlements)
+    made = made_by_agents(run, scenario)
     for sub_id, item in zip(run.ids, scenario.items, strict=False):
-        sub = obj.submission(sub_id)
+        sub = obj.find(sub_id)
+        if isinstance(sub, ScheduledSubmission):
+            problems.append(f"{sub_id} ({item.agent}) was never admitted: due {sub.not_before}")
+            continue
         if sub.state is not SubmissionState.SETTLED:
             problems.append(f"{sub_id} ({item.agent}) never settled: {sub.state}")
         elif sub.outcome is not expected_outcome(item):
@@ -488,7 +526,7 @@ def check(run: Run, scenario: Scenario) -> list[str]:
     if len(failed) > allowed:
         problems.append(f"passes failed: {[(r.failure_type, r.failure_message) for r in failed]}")
     scheduled = [] if scenario is not SCHEDULES else schedule_problems(run, problems)
-    if len(settlements) != len(run.ids) + len(scheduled):
+    if set(settlements) != set(run.ids) | set(made) | set(scheduled):
         problems.append(f"settlements of unknown submissions: {sorted(settlements)}")
     elapsed = obj.clock.now_ms() - START - (scenario.runs_for_ms or 0)
     if elapsed >= CONFIG.lease_ms:
@@ -524,6 +562,8 @@ def check(run: Run, scenario: Scenario) -> list[str]:
                 problems.append(f"lane {lane_id} enrolled {revision} times by {wakers} wakers")
             if run.world.lane_waves[lane_id] == 0:
                 problems.append(f"lane {lane_id} never ran")
+    if scenario is DELAYED:
+        problems += delayed_admissions(run, scenario, made, settlements)
     if scenario is THREADS:
         kinds = {(kind, thread) for _, kind, thread in run.world.events}
         wanted = {("parked", "t5"), ("created", "t4"), ("cleared", "t4")}
@@ -576,6 +616,52 @@ def schedule_problems(run: Run, problems: list[str]) -> list[str]:
         if settlements.get(sub_id, 0) != 1:
             problems.append(f"scheduled {sub_id} settled {settlements.get(sub_id, 0)} times")
     return ids
+
+
+def made_by_agents(run: Run, scenario: Scenario) -> dict[str, str]:
+    """The submissions each ``submitter`` made with ``turn.submit``, by id: its Thread."""
+    made: dict[str, str] = {}
+    for sub_id, item in zip(run.ids, scenario.items, strict=False):
+        sub = run.obj.find(sub_id)
+        if item.agent == "submitter" and sub.state is SubmissionState.SETTLED:
+            assert not isinstance(sub, ScheduledSubmission)
+            for made_id in sub.result[1:3]:
+                made[made_id] = f"{item.thread}-out"
+    return made
+
+
+def delayed_admissions(
+    run: Run, scenario: Scenario, made: dict[str, str], settlements: Counter[str]
+) -> list[str]:
+    """Each delayed submission admitted once, behind its Thread's earlier input and not before
+    its time; each ``turn.submit`` admitted once; nothing left scheduled."""
+    obj, problems = run.obj, []
+    for sub_id, due in run.due.items():
+        sub = obj.find(sub_id)
+        if isinstance(sub, ScheduledSubmission) or sub.outcome is Outcome.ABORTED:
+            continue
+        if sub.settled_at is None or sub.settled_at < due:
+            problems.append(f"delayed {sub_id} settled at {sub.settled_at}, before {due}")
+    first = obj.find(run.ids[0])
+    if first.seq != 2:
+        problems.append(f"the delayed d1 submission took seq {first.seq}, not 2 (behind the"
+                        " input admitted meanwhile)")
+    submitters = sum(item.agent == "submitter" for item in scenario.items)
+    if len(made) != 2 * submitters:
+        problems.append(f"turn.submit made {sorted(made)} for {submitters} submitters")
+    for thread in set(made.values()):
+        ids = [sub.id for sub in obj.submissions(thread)]
+        if sorted(ids) != sorted(i for i, t in made.items() if t == thread):
+            problems.append(f"{thread} holds {ids}, the submitter made {sorted(made)}")
+    for made_id in made:
+        sub = obj.find(made_id)
+        if sub.state is not SubmissionState.SETTLED or settlements.get(made_id, 0) != 1:
+            problems.append(f"{made_id} (turn.submit) is {sub.state}, settled "
+                            f"{settlements.get(made_id, 0)} times")
+    waiting = obj.storage.exec("SELECT COUNT(*) AS n FROM tl_delayed").one()["n"]
+    if waiting:
+        problems.append(f"{waiting} delayed submissions left scheduled")
+    return problems
 
 
 def step_runs(run: Run) -> list[str]:

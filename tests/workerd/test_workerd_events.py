@@ -145,7 +145,7 @@ def test_a_stream_opened_before_the_first_submission_writes_nothing_then_follows
         assert summary.status_code == 200, summary.text
         assert summary.json() == {
             "id": "first", "submissions": 0, "open_submissions": 0, "history_seq": 0,
-            "created_at": None, "updated_at": None, "open": [],
+            "created_at": None, "updated_at": None, "open": [], "scheduled": [],
         }
         assert client.get(thread + "/history").json() == {
             "thread_id": "first", "records": [], "next": None}

@@ -8,9 +8,13 @@ the wire cannot drift apart.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from datetime import datetime
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
+
+from threadline.clock import to_epoch_ms
 
 #: The pattern every id in a path or body follows (``.`` and ``..`` are refused besides).
 ID_REGEX = r"^[A-Za-z0-9._:-]{1,128}$"
@@ -25,10 +29,45 @@ Json = Any
 StateName = Literal[
     "queued", "ready", "running", "suspended", "unknown", "joined", "terminalizing", "settled"
 ]
+#: What a submission's view shows: its ledger state, or ``scheduled`` while a delayed
+#: submission waits for its due time (it has no place in its Thread's FIFO yet).
+ViewStateName = Literal[StateName, "scheduled"]
 #: The states of an open submission.
 OpenStateName = Literal[
     "queued", "ready", "running", "suspended", "unknown", "joined", "terminalizing"
 ]
+
+
+_RFC3339 = re.compile(
+    r"(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})"
+)
+_DUE_FORMS = ("RFC 3339 with an offset ('2030-01-01T09:00:00Z', '2030-01-01T11:00:00+02:00')"
+              " or epoch milliseconds")
+
+
+def rfc3339_ms(text: str) -> int:
+    """An RFC 3339 date-time with an offset, in epoch milliseconds (a fraction rounded up).
+
+    Raises ``ValueError`` for anything else: a time without an offset (naive, it names no
+    instant), another format, or a date or time that does not exist.
+    """
+    match = _RFC3339.fullmatch(text)
+    if match is None:
+        raise ValueError(f"must be {_DUE_FORMS}")
+    day, clock, fraction, offset = match.groups()
+    zone = "+00:00" if offset in ("Z", "z") else offset
+    try:
+        whole = datetime.fromisoformat(f"{day}T{clock}{zone}")
+    except ValueError as exc:
+        raise ValueError(f"is not a valid date-time: {exc}") from None
+    nanoseconds = int(fraction.ljust(9, "0")) if fraction else 0
+    return to_epoch_ms(whole) + -(-nanoseconds // 1_000_000)
+
+
+#: A due time as RFC 3339 text (checked by the model that holds it).
+DateTimeText = Annotated[str, WithJsonSchema({"type": "string", "format": "date-time"})]
+#: A due time in epoch milliseconds.
+EpochMs = Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER)]
 
 
 class _Request(BaseModel):
@@ -55,8 +94,41 @@ class SubmitRequest(_Request):
     idempotency_key: str | None = Field(
         None,
         pattern=ID_REGEX,
-        description="Replays with the same key and input return the first submission.",
+        description=(
+            "Replays with the same key and input return the first submission, whether it was"
+            " admitted at once or is still scheduled; the key with other input is a 409."
+        ),
     )
+    not_before: DateTimeText | EpochMs | None = Field(
+        None,
+        description=(
+            "Delay the submission until this time: RFC 3339 with an offset, or epoch"
+            " milliseconds. Until then it is `scheduled` and holds no place in the Thread's"
+            " FIFO; when it falls due it takes its place behind whatever arrived meanwhile."
+            " A time in the past admits at once; one more than 366 days ahead is refused."
+        ),
+    )
+
+    @field_validator("not_before", mode="before")
+    @classmethod
+    def _due_form(cls, value: object) -> object:
+        # Checked whole here, so that a refusal names the field itself rather than one of
+        # the union's branches; text becomes epoch milliseconds.
+        if value is None:
+            return None
+        if isinstance(value, str):
+            return rfc3339_ms(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"must be {_DUE_FORMS}")
+        if not 0 <= value <= MAX_SAFE_INTEGER:
+            raise ValueError(f"epoch milliseconds must be from 0 to {MAX_SAFE_INTEGER}")
+        return value
+
+    @property
+    def due_ms(self) -> int | None:
+        """``not_before`` in epoch milliseconds (None when not given)."""
+        value = self.not_before
+        return rfc3339_ms(value) if isinstance(value, str) else value
 
 
 class AbortRequest(_Request):
@@ -116,10 +188,13 @@ class SubmissionView(_Response):
 
     id: str
     thread_id: str
-    seq: int = Field(description="FIFO position in the Thread, from 1.")
+    seq: int | None = Field(
+        description="FIFO position in the Thread, from 1; null while `scheduled` (a delayed"
+        " submission takes its place when it falls due).")
     agent: str
     idempotency_key: str | None
-    state: StateName
+    state: ViewStateName = Field(
+        description="Where it stands; `scheduled` until a delayed submission falls due.")
     outcome: Literal["completed", "failed", "aborted"] | None
     input: Json
     result: Json
@@ -136,7 +211,9 @@ class SubmissionView(_Response):
             " not charged against `max_attempts`."
         )
     )
-    not_before: int | None = Field(description="Epoch ms before which no Attempt starts.")
+    not_before: int | None = Field(
+        description="Epoch ms before which no Attempt starts: a delayed submission's due time,"
+        " or a retry's backoff.")
     lease_expires_at: int | None
     created_at: int
     updated_at: int
@@ -234,6 +311,16 @@ class OpenSubmission(_Response):
     lease_expires_at: int | None
 
 
+class ScheduledItem(_Response):
+    """A delayed submission of a Thread that has not fallen due yet."""
+
+    id: str
+    agent: str
+    state: Literal["scheduled"]
+    not_before: int = Field(description="When it falls due (epoch ms).")
+    created_at: int
+
+
 class _ThreadCounts(_Response):
     id: str
     submissions: int = Field(description="Submissions ever admitted.")
@@ -269,6 +356,10 @@ class ThreadSummary(_ThreadCounts):
         description="When it last changed; null before its first submission."
     )
     open: list[OpenSubmission]
+    scheduled: list[ScheduledItem] = Field(
+        description="Delayed submissions that have not fallen due, soonest first (the first"
+        " 100). Not counted in `submissions` or `open_submissions` until they take their"
+        " place in the FIFO.")
 
 
 class HistoryRecord(_Response):
@@ -506,6 +597,7 @@ __all__ = [
     "ScheduleErrorView",
     "ScheduleList",
     "ScheduleView",
+    "ScheduledItem",
     "SubmissionDetail",
     "SubmissionView",
     "SubmitRequest",
@@ -513,5 +605,7 @@ __all__ = [
     "ThreadPage",
     "ThreadSummary",
     "ThreadsQuery",
+    "ViewStateName",
     "WaitView",
+    "rfc3339_ms",
 ]

@@ -19,9 +19,14 @@ from threadline.api.models import (
     SubmitRequest,
 )
 from threadline.api.views import submission_detail, submission_view
-from threadline.errors import NotFound, ValidationFailed
+from threadline.errors import Conflict, NotFound, ValidationFailed
 from threadline.threads import views
-from threadline.threads.model import Submission, SubmissionState
+from threadline.threads.model import (
+    SCHEDULED,
+    ScheduledSubmission,
+    Submission,
+    SubmissionState,
+)
 
 
 def submission_location(space: str, thread: str, submission_id: str) -> str:
@@ -62,12 +67,23 @@ def choose_agent(
     return agent
 
 
-def owned(ctx: ApiContext, thread: str, submission_id: str) -> Submission:
-    """The submission if it belongs to ``thread``; 404 otherwise."""
-    submission = ctx.ledger.get(submission_id)
+def owned(ctx: ApiContext, thread: str, submission_id: str) -> Submission | ScheduledSubmission:
+    """The submission (admitted or still scheduled) if it belongs to ``thread``; 404
+    otherwise."""
+    submission = ctx.ledger.find(submission_id)
     if submission.thread_id != thread:
         raise NotFound(f"no submission {submission_id!r} in thread {thread!r}",
                        field="submission")
+    return submission
+
+
+def admitted(ctx: ApiContext, thread: str, submission_id: str) -> Submission:
+    """The submission if it belongs to ``thread`` and took its place in the FIFO; a
+    scheduled one is a 409 (nothing of it ran: it has no approval or outcome to decide)."""
+    submission = owned(ctx, thread, submission_id)
+    if isinstance(submission, ScheduledSubmission):
+        raise Conflict(f"submission {submission_id!r} is scheduled until"
+                       f" {submission.not_before} and has not run")
     return submission
 
 
@@ -76,13 +92,15 @@ async def submit(ctx: ApiContext, request: Request, params: dict[str, str]) -> R
     thread = params["thread"]
     body = read_body(request, SubmitRequest)
     agent = choose_agent(ctx, thread, body.agent, body.idempotency_key)
-    admission = ctx.ledger.admit(thread, agent, body.input, body.idempotency_key)
+    admission = ctx.ledger.admit(thread, agent, body.input, body.idempotency_key,
+                                 not_before=body.due_ms)
     view = submission_view(admission.submission)
     location = {"location": submission_location(params["space"], thread, view.id)}
     if not admission.created:
         return model_response(200, view, headers=location)
-    # The admission committed with its alarm a minimum delay away; this asks for sooner.
-    ctx.wake()
+    if not isinstance(admission.submission, ScheduledSubmission):
+        # The admission committed with its alarm a minimum delay away; this asks for sooner.
+        ctx.wake()
     return model_response(202, view, headers=location)
 
 
@@ -97,7 +115,7 @@ async def abort(ctx: ApiContext, request: Request, params: dict[str, str]) -> Re
     body = read_body(request, AbortRequest)
     before = owned(ctx, params["thread"], params["submission"])
     after = ctx.ledger.request_abort(before.id, body.reason)
-    if before.state is not SubmissionState.SETTLED:
+    if before.state not in (SubmissionState.SETTLED, SCHEDULED):
         ctx.wake()
     return model_response(200, submission_detail(ctx.storage, ctx.ledger, after))
 
@@ -105,7 +123,7 @@ async def abort(ctx: ApiContext, request: Request, params: dict[str, str]) -> Re
 async def approve(ctx: ApiContext, request: Request, params: dict[str, str]) -> Response:
     """``POST .../submissions/{submission}/approvals/{key}``: decide an open approval."""
     body = read_body(request, ApprovalRequest)
-    submission = owned(ctx, params["thread"], params["submission"])
+    submission = admitted(ctx, params["thread"], params["submission"])
     decision = ctx.ledger.decide_approval(
         submission.id, params["key"], approved=body.approved, payload=body.payload
     )
@@ -127,7 +145,7 @@ async def resolve(ctx: ApiContext, request: Request, params: dict[str, str]) -> 
     if body.action != "accept" and given:
         raise ValidationFailed(f"result is not allowed with action {body.action}",
                                field="result")
-    submission = owned(ctx, params["thread"], params["submission"])
+    submission = admitted(ctx, params["thread"], params["submission"])
     after = ctx.ledger.resolve_unknown(submission.id, body.action, body.result)
     ctx.wake()
     return model_response(200, submission_detail(ctx.storage, ctx.ledger, after))
@@ -135,6 +153,7 @@ async def resolve(ctx: ApiContext, request: Request, params: dict[str, str]) -> 
 
 __all__ = [
     "abort",
+    "admitted",
     "approve",
     "choose_agent",
     "get_submission",

@@ -13,10 +13,11 @@ from threadline.api.context import ApiContext
 from threadline.api.http import Request, Response, model_response
 from threadline.api.models import HistoryPage, HistoryQuery, HistoryRecord, ThreadPage, ThreadsQuery
 from threadline.api.views import empty_thread, thread_item, thread_summary
-from threadline.threads import outbox, views
+from threadline.threads import delayed, outbox, views
 from threadline.threads.model import decode_json
 
-#: A summary lists at most this many open submissions (the head first); the count is exact.
+#: A summary lists at most this many open submissions (the head first; the count is exact),
+#: and at most this many scheduled ones (the soonest first).
 OPEN_LISTED = 100
 
 
@@ -36,11 +37,12 @@ async def list_threads(ctx: ApiContext, request: Request, params: dict[str, str]
 async def get_thread(ctx: ApiContext, request: Request, params: dict[str, str]) -> Response:
     """``GET .../threads/{thread}``: the Thread and its first open submissions in FIFO order."""
     record = views.thread(ctx.storage, params["thread"])
+    scheduled = delayed.of_thread(ctx.storage, params["thread"], limit=OPEN_LISTED)
     if record is None:
         # No row: nothing was ever admitted, so nothing is open either.
-        return model_response(200, empty_thread(params["thread"]))
+        return model_response(200, empty_thread(params["thread"], scheduled))
     open_items = views.open_submissions(ctx.storage, record.id, limit=OPEN_LISTED)
-    return model_response(200, thread_summary(record, open_items))
+    return model_response(200, thread_summary(record, open_items, scheduled))
 
 
 async def history(ctx: ApiContext, request: Request, params: dict[str, str]) -> Response:

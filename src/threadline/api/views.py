@@ -8,6 +8,7 @@ from threadline.api.models import (
     JournalSummary,
     LossesView,
     OpenSubmission,
+    ScheduledItem,
     SubmissionDetail,
     SubmissionView,
     ThreadItem,
@@ -17,15 +18,38 @@ from threadline.api.models import (
 from threadline.storage.port import Storage
 from threadline.threads import views
 from threadline.threads.ledger import Ledger
-from threadline.threads.model import Submission, WorkItem
+from threadline.threads.model import ScheduledSubmission, Submission, WorkItem
 
 
-def submission_view(submission: Submission) -> SubmissionView:
-    """The public view of a submission."""
+def submission_view(submission: Submission | ScheduledSubmission) -> SubmissionView:
+    """The public view of a submission (``scheduled`` while a delayed one waits)."""
     return SubmissionView.model_validate(_submission_fields(submission))
 
 
-def _submission_fields(submission: Submission) -> dict[str, object]:
+def _scheduled_fields(scheduled: ScheduledSubmission) -> dict[str, object]:
+    return {
+        "id": scheduled.id,
+        "thread_id": scheduled.thread_id,
+        "seq": None,
+        "agent": scheduled.agent,
+        "idempotency_key": scheduled.idempotency_key,
+        "state": scheduled.state,
+        "outcome": None,
+        "input": scheduled.input,
+        "result": None,
+        "error": None,
+        "attempts": 0,
+        "not_before": scheduled.not_before,
+        "lease_expires_at": None,
+        "created_at": scheduled.created_at,
+        "updated_at": scheduled.created_at,
+        "settled_at": None,
+    }
+
+
+def _submission_fields(submission: Submission | ScheduledSubmission) -> dict[str, object]:
+    if isinstance(submission, ScheduledSubmission):
+        return _scheduled_fields(submission)
     return {
         "id": submission.id,
         "thread_id": submission.thread_id,
@@ -46,9 +70,17 @@ def _submission_fields(submission: Submission) -> dict[str, object]:
     }
 
 
-def submission_detail(storage: Storage, ledger: Ledger, submission: Submission) -> SubmissionDetail:
+def submission_detail(
+    storage: Storage, ledger: Ledger, submission: Submission | ScheduledSubmission
+) -> SubmissionDetail:
     """A submission with its waits, journal summary, abort intent and lost Attempts (three
-    indexed reads besides the submission's row)."""
+    indexed reads besides the submission's row; none for a scheduled one, which has none)."""
+    if isinstance(submission, ScheduledSubmission):
+        return SubmissionDetail.model_validate({
+            **_scheduled_fields(submission), "waits": [], "abort": None,
+            "journal": JournalSummary(steps=0, finished=0, failed=0, in_flight=0, entries=[]),
+            "losses": LossesView(total=0, in_a_row=0, position=None, last_cause=None),
+        })
     steps = views.journal_of(storage, submission.id)
     intent = ledger.read_abort_intent(submission.id)
     return SubmissionDetail.model_validate(
@@ -105,19 +137,35 @@ def thread_item(record: views.ThreadRecord) -> ThreadItem:
     )
 
 
-def empty_thread(thread_id: str) -> ThreadSummary:
-    """A named Thread nothing was admitted to yet: no row stands behind it."""
+def _scheduled_items(scheduled: list[ScheduledSubmission]) -> list[ScheduledItem]:
+    return [
+        ScheduledItem(id=item.id, agent=item.agent, state="scheduled",
+                      not_before=item.not_before, created_at=item.created_at)
+        for item in scheduled
+    ]
+
+
+def empty_thread(
+    thread_id: str, scheduled: list[ScheduledSubmission] | None = None
+) -> ThreadSummary:
+    """A named Thread nothing was admitted to yet: no row stands behind it (its delayed
+    submissions, if any, wait for their due time)."""
     return ThreadSummary(
         id=thread_id, submissions=0, open_submissions=0, history_seq=0, created_at=None,
-        updated_at=None, open=[],
+        updated_at=None, open=[], scheduled=_scheduled_items(scheduled or []),
     )
 
 
-def thread_summary(record: views.ThreadRecord, open_items: list[WorkItem]) -> ThreadSummary:
-    """A Thread with its open submissions."""
+def thread_summary(
+    record: views.ThreadRecord,
+    open_items: list[WorkItem],
+    scheduled: list[ScheduledSubmission] | None = None,
+) -> ThreadSummary:
+    """A Thread with its open submissions and those scheduled for later."""
     return ThreadSummary.model_validate(
         {
             **thread_item(record).model_dump(),
+            "scheduled": _scheduled_items(scheduled or []),
             "open": [
                 OpenSubmission.model_validate(
                     {

@@ -12,6 +12,7 @@ from threadline.clock import Clock
 from threadline.config import RuntimeConfig
 from threadline.scheduling.alarm import AlarmDecision, AlarmService
 from threadline.scheduling.due_queue import (
+    DELAYED,
     FRAMEWORK_LANES,
     LIFECYCLE,
     MESSAGES,
@@ -73,6 +74,7 @@ def build_scheduler(
 
 
 __all__ = [
+    "DELAYED",
     "FAILPOINT_LOCATIONS",
     "FRAMEWORK_LANES",
     "LIFECYCLE",

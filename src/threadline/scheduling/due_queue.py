@@ -46,8 +46,10 @@ PROJECTION = "threadline:projection"
 MESSAGES = "threadline:messages"
 RECOVERY_EVENTS = "threadline:recovery-events"
 LIFECYCLE = "threadline:lifecycle"
+#: Admits delayed submissions into their Threads' FIFO as they fall due.
+DELAYED = "threadline:delayed"
 FRAMEWORK_LANES: frozenset[str] = frozenset(
-    {NATIVE, PUBLICATION, PROJECTION, MESSAGES, RECOVERY_EVENTS, LIFECYCLE}
+    {NATIVE, PUBLICATION, PROJECTION, MESSAGES, RECOVERY_EVENTS, LIFECYCLE, DELAYED}
 )
 #: A parked lane is retried at this ceiling (one hour) until it makes progress.
 PARKED_RETRY_MS = 3_600_000
@@ -472,6 +474,7 @@ class DueQueue:
 
 
 __all__ = [
+    "DELAYED",
     "FRAMEWORK_LANES",
     "LIFECYCLE",
     "MESSAGES",

@@ -38,6 +38,8 @@ MAINTENANCE_LOCATIONS: tuple[str, ...] = (
     "maintenance:checkpoint:after",
     "maintenance:finish:before",
     "maintenance:finish:after",
+    # After each committed batch of the delayed lane's admissions.
+    "maintenance:delayed:admitted",
 )
 #: Boundaries of the thread runtime (an Attempt and its steps).
 RUNTIME_LOCATIONS: tuple[str, ...] = (

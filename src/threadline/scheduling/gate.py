@@ -283,6 +283,51 @@ class MutationGate:
             self._arm(now, False)
         self._notify()
 
+    def record_admission(self, threads: Iterable[str]) -> None:
+        """Record that the current source transaction admitted input to ``threads``.
+
+        New input is native work nobody has seen: the native lane is due now with a fresh
+        retry budget, the generation advances (naming ``threads``, so a running pass reads
+        just those again, see :meth:`changed_threads`) and the alarm is armed by now +
+        min_delay, as :meth:`record_progress` does for native progress outside a pass. Unlike
+        that, it does so inside :meth:`native_source` too: an agent admitting input
+        (``turn.submit``) may feed a Thread the running pass neither read nor runs, and the
+        pass must not certify that work as its own. Raises :class:`SchedulingError` outside
+        a transaction, where the admission could commit without its alarm.
+        """
+        if not self._storage.in_transaction():
+            raise SchedulingError("record_admission() must run inside the source transaction")
+        if isinstance(threads, str):
+            raise SchedulingError("threads must be an iterable of Thread ids, not one string")
+        named = frozenset(threads)
+        now = self._clock.now_ms()
+        self._queue.enroll(NATIVE, now, progress=True)
+        state.bump_dirty(self._storage, clear_retry=True)
+        self._advance(named)
+        self._alarm.ensure_by(now + self._alarm.min_delay_ms)
+        self._notify()
+
+    def schedule_fact(self, lane_id: str, due_at: int) -> None:
+        """Make ``lane_id`` due at ``due_at`` for a new fact the current transaction commits.
+
+        A new fact (a delayed submission, say) is progress for its lane: unlike
+        :meth:`schedule` without a cursor, the lane's retry floor does not hold it back (a
+        lane whose last wave named a later deadline, or that backs off, is due at ``due_at``
+        all the same) and its retry budget refills. It never makes the lane due later than it
+        already is. The alarm is armed by ``max(due_at, now + min_delay)``, without a queue
+        read. The native lane is refused: its facts go through :meth:`record_progress` and
+        :meth:`record_admission`. Raises :class:`SchedulingError` outside a transaction.
+        """
+        validate_lane_id(lane_id)
+        if lane_id == NATIVE:
+            raise SchedulingError("native work is recorded with record_progress()")
+        if not self._storage.in_transaction():
+            raise SchedulingError("schedule_fact() must run inside the source transaction")
+        now = self._clock.now_ms()
+        self._queue.enroll(lane_id, int(due_at), progress=True)
+        self._alarm.ensure_by(max(int(due_at), now + self._alarm.min_delay_ms))
+        self._notify()
+
     def ensure_alarm(self) -> None:
         """At start-up: make sure dirty native work, undelivered recovery events and enrolled
         lanes have an alarm. Reads O(1) rows: never the ledger.
@@ -458,10 +503,11 @@ class MutationGate:
             else:
                 self._alarm.ensure_by(max(fallback, now + self._alarm.min_delay_ms))
 
-    def _advance(self) -> None:
-        """Count one generation advance, with the Threads the enclosing mutate() named."""
+    def _advance(self, threads: frozenset[str] | None = None) -> None:
+        """Count one generation advance, with ``threads`` or else the Threads the enclosing
+        mutate() named."""
         self._generations += 1
-        self._touched.append(_current_threads.get())
+        self._touched.append(threads if threads is not None else _current_threads.get())
 
     def _release(self, held: set[str], *, keep: frozenset[str] = frozenset()) -> None:
         for lane_id in list(held):

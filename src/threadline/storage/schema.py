@@ -491,10 +491,36 @@ _SCHEDULES = (
     ) WITHOUT ROWID""",
 )
 
+# Delayed submissions: input admitted with a due time. A row has no FIFO seq yet: the
+# ``threadline:delayed`` lane moves it into tl_submissions (same id, the Thread's next seq)
+# when it falls due, so it holds nothing up meanwhile. The rowid ``seq`` orders submissions
+# due at the same instant as they were made: a new row's rowid is above every row present.
+# ``tl_delayed_due`` (due_at, rowid) gives the lane the due rows and the next due time, one
+# seek each, however many are pending; ``tl_delayed_thread`` lists one Thread's; keyed
+# submissions are unique per Thread here as in tl_submissions (the ledger checks both tables
+# before it writes either, so a key names one submission wherever it is).
+_DELAYED = (
+    """CREATE TABLE tl_delayed (
+        seq INTEGER PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        thread_id TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        idempotency_key TEXT,
+        input_json TEXT NOT NULL,
+        input_digest TEXT NOT NULL,
+        due_at INTEGER NOT NULL CHECK (due_at >= 0),
+        created_at INTEGER NOT NULL
+    )""",
+    "CREATE INDEX tl_delayed_due ON tl_delayed (due_at)",
+    "CREATE INDEX tl_delayed_thread ON tl_delayed (thread_id, due_at)",
+    """CREATE UNIQUE INDEX tl_delayed_key ON tl_delayed (thread_id, idempotency_key)
+        WHERE idempotency_key IS NOT NULL""",
+)
+
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
 MIGRATIONS: list[tuple[str, ...]] = [
     _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS, _LEAN_SUBMISSIONS,
-    _LEAN_OUTBOX, _HELD_FOLLOWERS, _LOSSES, _SCHEDULES,
+    _LEAN_OUTBOX, _HELD_FOLLOWERS, _LOSSES, _SCHEDULES, _DELAYED,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -8,6 +8,7 @@ control columns only: they never decode inputs, results or the journal.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from threadline.clock import Clock
@@ -15,7 +16,7 @@ from threadline.config import RuntimeConfig
 from threadline.errors import Conflict, NotFound, PayloadTooLarge, ValidationFailed
 from threadline.ids import IdSource
 from threadline.storage.port import Row, Storage
-from threadline.threads import journal, transitions, waits
+from threadline.threads import delayed, journal, transitions, waits
 from threadline.threads.model import (
     AbortState,
     Admission,
@@ -23,6 +24,7 @@ from threadline.threads.model import (
     JsonValue,
     Outcome,
     Resolution,
+    ScheduledSubmission,
     StepState,
     Submission,
     SubmissionState,
@@ -33,7 +35,7 @@ from threadline.threads.model import (
     digest,
     encode_json,
 )
-from threadline.threads.ports import NATIVE, PUBLICATION, MutationGate, commit_fact
+from threadline.threads.ports import DELAYED, NATIVE, PUBLICATION, MutationGate, commit_fact
 
 # Every scan names the predicate of the partial index tl_submissions_open (open work, keyed
 # dormant, thread, seq), so its cost follows open work, however much settled history the
@@ -78,7 +80,8 @@ _CREATE_THREAD = (
 _NEXT_SEQ = "SELECT COALESCE(MAX(seq), 0) + 1 AS seq FROM tl_submissions WHERE thread_id = ?"
 _INSERT = (
     "INSERT INTO tl_submissions (id, thread_id, seq, agent, idempotency_key, input_json,"
-    " input_digest, state, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?)"
+    " input_digest, state, not_before, created_at, updated_at)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?)"
 )
 _READ_INTENT = (
     "SELECT submission_id, state, reason, requested_at, applied_at FROM tl_abort_intents"
@@ -103,6 +106,17 @@ _ABORT_AT_ONCE = frozenset(
         SubmissionState.TERMINALIZING,
     }
 )
+
+
+@dataclass(frozen=True, slots=True)
+class DueAdmissions:
+    """What one batch of :meth:`Ledger.admit_due` did."""
+
+    admitted: int
+    #: The batch was full: more may be due.
+    more: bool
+    #: When the first submission not due at the batch's time falls due (None: none waits).
+    next_due: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,13 +215,24 @@ class Ledger:
         agent: str,
         input: JsonValue,
         idempotency_key: str | None = None,
+        *,
+        not_before: int | None = None,
     ) -> Admission:
         """Admit input for a Thread, behind its earlier submissions (FIFO ``seq``).
 
         The Thread is created by its first admission. With an ``idempotency_key``, the same key
         with the same agent and input returns the existing submission (``created=False``) and
-        the same key with anything else raises :class:`Conflict`. The submission, the Thread's
-        sequence, the native lane's enrollment and the alarm commit in one transaction.
+        the same key with anything else raises :class:`Conflict`; a key names one submission
+        per Thread whether it was admitted at once or is still scheduled. The submission, the
+        Thread's sequence, the native lane's enrollment and the alarm commit in one
+        transaction.
+
+        ``not_before`` (epoch ms) delays it: until then it is a :class:`ScheduledSubmission`
+        with no place in the FIFO, and input admitted meanwhile goes ahead of it; when it
+        falls due it takes the Thread's next seq, under the same id. A due time at or before
+        now admits at once; one more than 366 days ahead raises :class:`ValidationFailed`.
+        The delayed row, its due time on the ``threadline:delayed`` lane and the alarm commit
+        together.
         """
         check_id(thread_id, field="thread")
         check_id(agent, field="agent")
@@ -218,41 +243,76 @@ class Ledger:
             raise PayloadTooLarge(
                 f"input is larger than {self.config.max_body_bytes} bytes", field="input"
             )
+        due_at = delayed.check_due(not_before, self.clock.now_ms())
+        # Decided once: the path chosen and the gate call that records it must agree.
+        later = due_at is not None and due_at > self.clock.now_ms()
         input_digest = digest(agent, input_json)
         if idempotency_key is not None:
-            # A replayed admission answers from one indexed read, without a gate transaction.
-            existing = self._replayed(thread_id, idempotency_key, input_digest)
+            # A replayed admission answers from indexed reads, without a gate transaction.
+            existing = keyed(self.storage, thread_id, idempotency_key, input_digest)
             if existing is not None:
                 return Admission(existing, created=False)
         submission_id = self.ids.new_id("sub")
 
         def write() -> Admission:
             if idempotency_key is not None:
-                again = self._replayed(thread_id, idempotency_key, input_digest)
+                again = keyed(self.storage, thread_id, idempotency_key, input_digest)
                 if again is not None:
                     return Admission(again, created=False)
             now = self.clock.now_ms()
-            self.storage.exec(_CREATE_THREAD, thread_id, now, now)
-            seq = int(self.storage.exec(_NEXT_SEQ, thread_id).one()["seq"])
-            self.storage.exec(
-                _INSERT, submission_id, thread_id, seq, agent, idempotency_key, input_json,
-                input_digest, now, now,
-            )
+            if later:
+                assert due_at is not None
+                scheduled = delayed.insert(
+                    self.storage, submission_id=submission_id, thread_id=thread_id,
+                    agent=agent, idempotency_key=idempotency_key, input_json=input_json,
+                    input_digest=input_digest, due_at=due_at, now=now,
+                )
+                self.gate.schedule_fact(DELAYED, due_at)
+                return Admission(scheduled, created=True)
+            enqueue(self.storage, submission_id=submission_id, thread_id=thread_id, agent=agent,
+                    idempotency_key=idempotency_key, input_json=input_json,
+                    input_digest=input_digest, not_before=due_at, now=now)
             return Admission(self.get(submission_id), created=True)
 
+        if later:
+            # No native work yet: only the delayed lane learns of it (see write()).
+            return self.gate.mutate(write, invalidates_recovery=False, threads=())
         # A new submission is a real new fact for the native lane, not a replayed hint.
         return commit_fact(self.gate, write, thread=thread_id)
 
-    def _replayed(self, thread_id: str, key: str, input_digest: str) -> Submission | None:
-        row = self.storage.exec(_BY_KEY, thread_id, key).first()
-        if row is None:
-            return None
-        if row["input_digest"] != input_digest:
-            raise Conflict(
-                f"idempotency key {key!r} was already used with other input",
-                field="idempotency_key",
-            )
-        return Submission.from_row(row)
+    def find(self, submission_id: str) -> Submission | ScheduledSubmission:
+        """The submission, admitted or still scheduled; :class:`NotFound` when neither."""
+        try:
+            return self.get(submission_id)
+        except NotFound:
+            waiting = delayed.get(self.storage, submission_id)
+            if waiting is None:
+                raise
+            return waiting.submission
+
+    def admit_due(
+        self, now: int, limit: int, *, also: Callable[[], None] | None = None
+    ) -> DueAdmissions:
+        """Admit up to ``limit`` delayed submissions due at ``now``.
+
+        Each takes its Thread's next seq, in due order (those due at the same instant in the
+        order they were made), keeping its id. One gate transaction: the moves, the native
+        lane's enrollment, the generation (naming the Threads) and the alarm, with ``also``
+        (a lane wave's progress) inside it. One statement reads both answers from the due
+        index: the rows due, and the first that is not (when the next one falls due).
+        """
+
+        def write() -> DueAdmissions:
+            due, next_due = delayed.due_then_next(self.storage, now, limit)
+            threads = [row.thread_id for row in due if admit_delayed(self.storage, row, now)]
+            if threads:
+                self.gate.record_admission(threads)
+                if also is not None:
+                    also()
+            # A full batch may leave some due: the next one's time is then now.
+            return DueAdmissions(len(threads), more=len(due) == limit, next_due=next_due)
+
+        return self.gate.mutate(write, invalidates_recovery=False, threads=())
 
     # -- operator decisions ------------------------------------------------------------------
 
@@ -264,7 +324,13 @@ class Ledger:
         changes nothing and returns it.
         """
         reason = check_abort_reason(reason)
-        current = self.get(submission_id)
+        try:
+            current = self.get(submission_id)
+        except NotFound:
+            waiting = delayed.get(self.storage, submission_id)
+            if waiting is None:
+                raise
+            return self._abort_scheduled(waiting.submission, reason)
         if current.state is SubmissionState.SETTLED:
             return current
 
@@ -285,6 +351,33 @@ class Ledger:
             return self.get(submission_id)
 
         return commit_fact(self.gate, write, (NATIVE, PUBLICATION), thread=current.thread_id)
+
+    def _abort_scheduled(self, scheduled: ScheduledSubmission, reason: str | None) -> Submission:
+        """Abort a submission that has not fallen due: it settles ``aborted`` at once.
+
+        It is admitted and settled in one transaction (so its id answers like any settled
+        submission's, with its abort intent): it takes its Thread's next seq, already
+        settled, holding nothing up. Should the lane admit it first, the abort is that of a
+        queued submission.
+        """
+
+        def write() -> Submission | None:
+            now = self.clock.now_ms()
+            row = delayed.get(self.storage, scheduled.id)
+            if row is None or not admit_delayed(self.storage, row, now):
+                return None
+            self.storage.exec(_ACCEPT_INTENT, scheduled.id, reason, now)
+            if not transitions.settle(
+                self.storage, scheduled.id, thread_id=scheduled.thread_id,
+                state=SubmissionState.QUEUED, revision=0, outcome=Outcome.ABORTED, now=now,
+                error=transitions.aborted_error(reason),
+            ):
+                raise Conflict("the submission changed while it was being aborted")
+            return self.get(scheduled.id)
+
+        # Settled on arrival: no native work, only a settlement to publish.
+        aborted = commit_fact(self.gate, write, (PUBLICATION,), thread=scheduled.thread_id)
+        return aborted if aborted is not None else self.request_abort(scheduled.id, reason)
 
     def decide_approval(
         self, submission_id: str, key: str, *, approved: bool, payload: JsonValue = None
@@ -378,6 +471,68 @@ class Ledger:
             raise Conflict("the submission changed while its wait was being resolved")
 
 
+def keyed(
+    storage: Storage, thread_id: str, key: str, input_digest: str
+) -> Submission | ScheduledSubmission | None:
+    """The Thread's submission made with ``key``, admitted or still scheduled, or None.
+
+    A key names one submission per Thread wherever it stands: a replay with other input (a
+    different ``input_digest``) raises :class:`Conflict`.
+    """
+    row = storage.exec(_BY_KEY, thread_id, key).first()
+    found: Submission | ScheduledSubmission
+    if row is not None:
+        stored, found = str(row["input_digest"]), Submission.from_row(row)
+    else:
+        waiting = delayed.by_key(storage, thread_id, key)
+        if waiting is None:
+            return None
+        stored, found = waiting.input_digest, waiting.submission
+    if stored != input_digest:
+        raise Conflict(
+            f"idempotency key {key!r} was already used with other input",
+            field="idempotency_key",
+        )
+    return found
+
+
+def enqueue(
+    storage: Storage,
+    *,
+    submission_id: str,
+    thread_id: str,
+    agent: str,
+    idempotency_key: str | None,
+    input_json: str,
+    input_digest: str,
+    now: int,
+    not_before: int | None = None,
+    created_at: int | None = None,
+) -> None:
+    """Write a new queued submission at the end of its Thread's FIFO (creating the Thread).
+
+    Inside the caller's gate transaction, which records the admission (new native work).
+    """
+    storage.exec(_CREATE_THREAD, thread_id, now, now)
+    seq = int(storage.exec(_NEXT_SEQ, thread_id).one()["seq"])
+    storage.exec(_INSERT, submission_id, thread_id, seq, agent, idempotency_key, input_json,
+                 input_digest, not_before, now if created_at is None else created_at, now)
+
+
+def admit_delayed(storage: Storage, row: delayed.Delayed, now: int) -> bool:
+    """Move a delayed submission into its Thread's FIFO: the next seq, under the same id, key
+    and creation time, its due time as the ``not_before`` no Attempt precedes. False, having
+    written nothing, when it is no longer waiting. Inside the caller's gate transaction, which
+    records the admission."""
+    if not delayed.take(storage, row):
+        return False
+    enqueue(storage, submission_id=row.id, thread_id=row.thread_id, agent=row.agent,
+            idempotency_key=row.idempotency_key, input_json=row.input_json,
+            input_digest=row.input_digest, now=now, not_before=row.due_at,
+            created_at=row.created_at)
+    return True
+
+
 def check_abort_reason(reason: object) -> str | None:
     """An abort's reason: None, or text of at most ``MAX_ABORT_REASON_CHARS`` characters.
 
@@ -407,8 +562,12 @@ def check_resolution(action: str) -> Resolution:
 __all__ = [
     "MAX_ABORT_REASON_CHARS",
     "AbortIntent",
+    "DueAdmissions",
     "Ledger",
+    "admit_delayed",
     "check_abort_reason",
     "check_resolution",
+    "enqueue",
+    "keyed",
     "work_item",
 ]

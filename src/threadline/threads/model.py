@@ -26,6 +26,10 @@ _ID = re.compile(ID_PATTERN)
 #: Ids a URL path cannot carry: normalisation rewrites them to the parent or the same segment.
 _PATH_DOTS = frozenset({".", ".."})
 
+#: The longest durable delay: a year and a day (366 days), in seconds. It bounds a
+#: ``turn.sleep`` and how far ahead a delayed submission may fall due.
+MAX_SLEEP_SECONDS = 366 * 86_400
+
 #: ``RuntimeConfig.max_json_depth``'s default: nesting of arrays and objects a value may have.
 DEFAULT_MAX_JSON_DEPTH = 64
 #: The deepest stored JSON ever decoded: the largest configurable depth plus room for the
@@ -206,11 +210,48 @@ class Submission:
         )
 
 
+#: The state a delayed submission shows until it falls due. Not a ledger state: such a
+#: submission has no row in ``tl_submissions`` (nor a FIFO seq) until then.
+SCHEDULED = "scheduled"
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledSubmission:
+    """A delayed submission that has not fallen due: it holds no place in its Thread's FIFO.
+
+    When ``not_before`` comes it is admitted under the same id, behind whatever its Thread
+    received meanwhile, and from then on it is a :class:`Submission` like any other.
+    """
+
+    id: str
+    thread_id: str
+    agent: str
+    idempotency_key: str | None
+    input: JsonValue
+    #: When it falls due (epoch ms).
+    not_before: int
+    created_at: int
+
+    @property
+    def state(self) -> str:
+        """Always ``"scheduled"``."""
+        return SCHEDULED
+
+    @property
+    def seq(self) -> None:
+        """None: it takes its FIFO seq when it falls due."""
+        return None
+
+
 @dataclass(frozen=True, slots=True)
 class Admission:
-    """The answer to ``admit``: the submission and whether this call created it."""
+    """The answer to ``admit``: the submission and whether this call created it.
 
-    submission: Submission
+    The submission is a :class:`ScheduledSubmission` while it waits for its due time (an
+    admission with a ``not_before`` ahead, or a replay of one).
+    """
+
+    submission: Submission | ScheduledSubmission
     created: bool
 
 
@@ -380,6 +421,8 @@ __all__ = [
     "DEFAULT_MAX_JSON_DEPTH",
     "ID_PATTERN",
     "MAX_ERROR_MESSAGE_CHARS",
+    "MAX_SLEEP_SECONDS",
+    "SCHEDULED",
     "AbortState",
     "Admission",
     "ApprovalDecision",
@@ -387,6 +430,7 @@ __all__ = [
     "LossCause",
     "Outcome",
     "Resolution",
+    "ScheduledSubmission",
     "Settlement",
     "StepEffect",
     "StepState",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
-from threadline.scheduling.due_queue import MESSAGES, NATIVE, PUBLICATION
+from threadline.scheduling.due_queue import DELAYED, MESSAGES, NATIVE, PUBLICATION
 
 T = TypeVar("T")
 
@@ -35,6 +35,15 @@ class MutationGate(Protocol):
 
     def record_progress(self, lanes: Sequence[str]) -> None:
         """Mark the current source transaction as a real new fact for ``lanes``."""
+        ...
+
+    def record_admission(self, threads: Sequence[str]) -> None:
+        """Mark the current source transaction as admitting input to ``threads`` (new native
+        work, even when an Attempt of the pass admits it)."""
+        ...
+
+    def schedule_fact(self, lane_id: str, due_at: int) -> None:
+        """Make ``lane_id`` due at ``due_at`` for a new fact of the current transaction."""
         ...
 
 
@@ -77,4 +86,6 @@ def commit_fact(
                        threads=None if thread is None else (thread,))
 
 
-__all__ = ["MESSAGES", "NATIVE", "PUBLICATION", "Failpoints", "MutationGate", "commit_fact"]
+__all__ = [
+    "DELAYED", "MESSAGES", "NATIVE", "PUBLICATION", "Failpoints", "MutationGate", "commit_fact",
+]

@@ -17,17 +17,24 @@ import asyncio
 import inspect
 import math
 import re
-from collections.abc import Callable, Set
+from collections.abc import Callable, Container, Set
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from threadline.clock import Clock, to_epoch_ms
 from threadline.config import RuntimeConfig
-from threadline.errors import Evicted, NonRetryable, StorageValueTooLarge, ValidationFailed
+from threadline.errors import (
+    Conflict,
+    Evicted,
+    NonRetryable,
+    StorageValueTooLarge,
+    ValidationFailed,
+)
 from threadline.storage.port import Storage
-from threadline.threads import journal, messages, outbox, transitions, waits
+from threadline.threads import delayed, journal, ledger, messages, outbox, transitions, views, waits
 from threadline.threads.model import (
+    MAX_SLEEP_SECONDS,
     ApprovalDecision,
     JsonValue,
     StepEffect,
@@ -38,10 +45,18 @@ from threadline.threads.model import (
     WaitState,
     check_id,
     decode_json,
+    digest,
     encode_json,
     error_envelope,
 )
-from threadline.threads.ports import MESSAGES, PUBLICATION, Failpoints, MutationGate, commit_fact
+from threadline.threads.ports import (
+    DELAYED,
+    MESSAGES,
+    PUBLICATION,
+    Failpoints,
+    MutationGate,
+    commit_fact,
+)
 from threadline.threads.signals import (
     AbortObserved,
     ControlSignal,
@@ -59,8 +74,6 @@ STEP_STARTED = "step:started"
 STEP_FINISHED = "step:finished"
 EMIT_COMMITTED = "emit:committed"
 
-#: The longest durable sleep: a year and a day (366 days), in seconds.
-MAX_SLEEP_SECONDS = 366 * 86_400
 #: What ``emit(kind=...)`` accepts: a letter, then up to 63 of ``[A-Za-z0-9_.:-]``.
 KIND_PATTERN = r"[A-Za-z][A-Za-z0-9_.:-]{0,63}"
 #: Record kinds the runtime publishes itself (``submission.settled``, ``approval.requested``)
@@ -170,6 +183,7 @@ class Turn:
         config: RuntimeConfig | None = None,
         deadline: int | None = None,
         host_lanes: Set[str] = frozenset(),
+        agents: Container[str] = frozenset(),
     ) -> None:
         self._claim = claim
         self._storage = storage
@@ -181,6 +195,8 @@ class Turn:
         # The Attempt's wall bound (epoch ms): in-step retries never plan to sleep past it.
         self._deadline = deadline
         self._host_lanes = host_lanes
+        # The agents this deployment registers: what ``submit`` may name.
+        self._agents = agents
         self._seen: dict[str, int] = {}
         self._position = 0
         # Uncertain steps this Attempt journaled as started and not yet as finished or failed.
@@ -438,6 +454,90 @@ class Turn:
 
         self._write(write)
 
+    async def submit(
+        self,
+        thread: str,
+        input: JsonValue,
+        agent: str | None = None,
+        not_before: datetime | timedelta | None = None,
+        key: str | None = None,
+    ) -> str:
+        """Submit ``input`` to the Thread ``thread`` of this space; return the submission's id.
+
+        Committed with this Attempt's facts: the submission (with a ``not_before`` ahead, the
+        delayed submission and its due time), its alarm and a journal entry (``submit``,
+        ``submit#2``...) commit in one transaction fenced by the Attempt's claim. An Attempt
+        that lost its claim submits nothing, and a replay that meets the entry returns the
+        same id without submitting again: each call submits once across replays. The target
+        may be this submission's own Thread, where the new input queues behind it.
+
+        ``agent`` defaults to the target Thread's latest agent, else this submission's own;
+        it must be registered in this deployment. ``not_before`` is an aware ``datetime``, or
+        a ``timedelta`` from now (0 to 366 days): until then the submission is scheduled,
+        holding no place in its Thread's FIFO; a time at or before now admits at once, one
+        more than 366 days ahead is refused. ``key`` is its idempotency key in the target
+        Thread (default: derived from this submission's id and the call's position,
+        ``<submission id>:submit``, ``<submission id>:submit.2``...): a key the Thread already
+        holds with the same agent and input answers with that submission's id, one held with
+        other input is refused. A refusal raises ``ValidationFailed``, which fails the
+        Attempt for good.
+        """
+        name = self._key("submit")
+        position = self._next_position()
+        entry = journal.read_entry(self._storage, self.submission_id, name)
+        if entry is not None and entry.state is StepState.FINISHED:
+            return str(entry.value["id"])
+        _checked(lambda: check_id(thread, field="thread"))
+        if key is None:
+            key = f"{self.submission_id}:{name.replace('#', '.')}"
+        _checked(lambda: check_id(key, field="key"))
+        if agent is not None:
+            _checked(lambda: check_id(agent, field="agent"))
+        if not_before is not None and not isinstance(not_before, datetime | timedelta):
+            raise ValidationFailed("not_before is an aware datetime or a timedelta",
+                                   field="not_before")
+        input_json = self._encode_or_fail(input, field="submission input")
+        await self._boundary()
+        now = self._clock.now_ms()
+        due_at = delayed.check_due(_due_ms(not_before, now), now)
+        chosen = (agent or views.latest_agent(self._storage, thread)
+                  or self._claim.submission.agent)
+        if chosen not in self._agents:
+            raise ValidationFailed(f"agent {chosen!r} is not registered in this deployment",
+                                   field="agent")
+        input_digest = digest(chosen, input_json)
+        # Deterministic: this submission's call at this position, so its id is its own.
+        made = "sub_" + digest(self.submission_id, name)[:32]
+        later = due_at is not None and due_at > now
+        submitted: list[str] = []
+
+        def write() -> None:
+            try:
+                existing = ledger.keyed(self._storage, thread, key, input_digest)
+            except Conflict as exc:
+                raise ValidationFailed(f"submit: {exc.message}", field="key") from None
+            if existing is not None:
+                submitted.append(existing.id)
+            elif later:
+                assert due_at is not None
+                delayed.insert(self._storage, submission_id=made, thread_id=thread,
+                               agent=chosen, idempotency_key=key, input_json=input_json,
+                               input_digest=input_digest, due_at=due_at, now=now)
+                self._gate.schedule_fact(DELAYED, due_at)
+                submitted.append(made)
+            else:
+                ledger.enqueue(self._storage, submission_id=made, thread_id=thread,
+                               agent=chosen, idempotency_key=key, input_json=input_json,
+                               input_digest=input_digest, now=now, not_before=due_at)
+                self._gate.record_admission([thread])
+                submitted.append(made)
+            self._journal(name, position, StepEffect.IDEMPOTENT, StepState.FINISHED,
+                          value_json=encode_json({"id": submitted[-1], "thread": thread,
+                                                  "not_before": due_at}))
+
+        self._write(write)
+        return submitted[-1]
+
     async def approval(self, key: str, payload: JsonValue = None) -> ApprovalDecision:
         """Wait durably until someone decides the approval ``key``; return the decision.
 
@@ -578,6 +678,18 @@ def _checked(check: Callable[[], T], message: str | None = None) -> T:
         raise
     except ValueError as exc:
         raise ValidationFailed(message or str(exc)) from exc
+
+
+def _due_ms(not_before: datetime | timedelta | None, now: int) -> int | None:
+    """A ``submit`` due time in epoch ms: an aware datetime, or a delay from ``now``."""
+    if not_before is None:
+        return None
+    if isinstance(not_before, timedelta):
+        return now + _checked(lambda: sleep_ms(not_before))
+    try:
+        return to_epoch_ms(not_before)
+    except ValueError as exc:
+        raise ValidationFailed(f"not_before: {exc}", field="not_before") from None
 
 
 def check_kind(kind: object) -> str:

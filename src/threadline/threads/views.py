@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from threadline.storage.port import Row, Storage
+from threadline.threads import delayed
 from threadline.threads.ledger import work_item
 from threadline.threads.model import JsonValue, WorkItem, decode_json
 
@@ -118,9 +119,13 @@ def open_submissions(storage: Storage, thread_id: str, *, limit: int) -> list[Wo
 
 
 def keyed_agent(storage: Storage, thread_id: str, idempotency_key: str) -> str | None:
-    """The agent of the Thread's submission admitted with ``idempotency_key``, if any."""
+    """The agent of the Thread's submission made with ``idempotency_key`` (admitted or still
+    scheduled), if any."""
     row = storage.exec(_KEYED_AGENT, thread_id, idempotency_key).first()
-    return None if row is None else str(row["agent"])
+    if row is not None:
+        return str(row["agent"])
+    waiting = delayed.by_key(storage, thread_id, idempotency_key)
+    return None if waiting is None else waiting.agent
 
 
 def latest_agent(storage: Storage, thread_id: str) -> str | None:
