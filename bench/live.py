@@ -294,6 +294,8 @@ def schedule_fires(runtime: Runtime, schedules: int, submit: bool, runs: int
                 raise ScenarioError(f"expected the next alarm to run the fire's submission, "
                                     f"alone, before the next fire: {after}")
             ran.runs.append(_sum_alarms(after))
+            if ran.explain is None:
+                ran.explain = _explain(after)
     return [fire, ran] if submit else [fire]
 
 

@@ -237,6 +237,8 @@ async def schedule_fires(
                 ran.runs.append(_figures(alarms[1][0], alarms[1][1], 1))
             if explain and run == 0:
                 fire.explain = alarms[0][0].as_dict(explain=True)["by_statement"]
+                if submit:
+                    ran.explain = alarms[1][0].as_dict(explain=True)["by_statement"]
     return [fire, ran] if submit else [fire]
 
 
