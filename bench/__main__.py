@@ -25,12 +25,15 @@ sys.path.insert(0, str(ROOT / "bench" / "workerd"))
 from bench import report, sim  # noqa: E402
 from bench.model import Measurement  # noqa: E402
 
-#: ``burst``: (submissions, Threads) of scenario 3; ``turns``: sequential turns of scenario 4.
+#: ``burst``: (submissions, Threads) of scenario 3; ``turns``: sequential turns of scenario 4;
+#: ``schedules``: schedules declared in scenario 8 (the workerd objects have these two).
 FULL: dict[str, Any] = {"settled": [0, 1_000, 10_000], "k": [10, 1_000, 10_000],
-                        "burst": (1_000, 50), "turns": 200, "runs": 5}
+                        "burst": (1_000, 50), "turns": 200, "schedules": [1, 100], "runs": 5}
 QUICK: dict[str, Any] = {"settled": [0, 100], "k": [10, 100], "burst": (50, 5), "turns": 20,
-                         "runs": 1}
+                         "schedules": [1, 100], "runs": 1}
 SYSTEMS = ("sim", "workerd", "agents")
+#: The scenarios each system measures: one none of whose scenarios is selected is not started.
+SCENARIOS_OF = {"sim": set("12578"), "workerd": set("1234578"), "agents": set("6")}
 
 
 def _progress(message: str) -> None:
@@ -72,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, help="runs per figure (default 5, quick 1)")
     parser.add_argument("--only", action="append", choices=SYSTEMS,
                         help="run only these systems (repeatable)")
-    parser.add_argument("--scenario", action="append", choices=list("1234567"),
+    parser.add_argument("--scenario", action="append", choices=list("12345678"),
                         help="run only these scenarios (repeatable; results then go under "
                              ".threadline/bench-partial/ unless --out/--chart say)")
     parser.add_argument("--out", type=Path, help="results file (default bench/results.json)")
@@ -91,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
 
     plan: dict[str, Any] = dict(QUICK if args.quick else FULL)
     runs = args.runs or int(plan["runs"])
-    systems = args.only or list(SYSTEMS)
+    systems = [system for system in args.only or SYSTEMS
+               if args.scenario is None or SCENARIOS_OF[system] & set(args.scenario)]
     # A quick or partial run never replaces the committed full results.
     default_dir = (ROOT / ".threadline" / "bench-quick" if args.quick else
                    ROOT / ".threadline" / "bench-partial" if args.scenario else None)
@@ -115,6 +119,13 @@ def main(argv: list[str] | None = None) -> int:
             runner.step(f"7 K={k:,} pending delayed submissions [sqlite3]",
                         lambda k=k: sim.run_sync(lambda: sim.pending_delayed(
                             k, runs, args.explain, whole=k == plan["k"][0])))
+        for submit in (False, True):
+            for n in plan["schedules"]:
+                runner.step(
+                    f"8 N={n:,} schedules, one fire submitting {'one' if submit else 'nothing'}"
+                    " [sqlite3]",
+                    lambda n=n, submit=submit: sim.run_sync(
+                        lambda: sim.schedule_fires(n, submit, runs, args.explain)))
     if "workerd" in systems or "agents" in systems:
         from bench import live
 

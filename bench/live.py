@@ -1,5 +1,5 @@
-"""Scenarios 1, 2, 5 and 7 in real workerd (3 and 4 in ``bench.over_http``), and the Agents SDK
-side by side (scenario 6).
+"""Scenarios 1, 2, 5, 7 and 8 in real workerd (3 and 4 in ``bench.over_http``), and the Agents
+SDK side by side (scenario 6).
 
 Both run in the local runtime through miniflare (``scripts/workerd/serve.mjs`` for threadline,
 ``bench/agents-sdk/serve.mjs`` for the Agents SDK, same miniflare). The figures are workerd's
@@ -20,11 +20,21 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from bench.model import WORKERD, Measurement, ScenarioError
+from bench.model import (
+    FIRE_NOTHING,
+    FIRE_RUN,
+    FIRE_SUBMIT,
+    WORKERD,
+    Measurement,
+    ScenarioError,
+    fire_case,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "workerd"))
+sys.path.insert(0, str(ROOT / "bench" / "workerd"))
 
+from bench_app import FIRES  # noqa: E402
 from workerd_runtime import Runtime  # noqa: E402
 
 BUNDLE = ROOT / ".threadline" / "bundle-bench"
@@ -39,7 +49,8 @@ def build_bundle() -> Path:
     subprocess.run(  # noqa: S603 (a fixed command line)
         [sys.executable, str(ROOT / "scripts" / "workerd" / "build.py"), "--out", str(BUNDLE),
          "--overlay", str(ROOT / "bench" / "workerd"), "--main", "bench_entry",
-         "--durable-object", "BENCH=BenchThreadObject"],
+         "--durable-object", "BENCH=BenchThreadObject",
+         *(f"--durable-object={binding}={cls}" for _, binding, cls in FIRES.values())],
         check=True, stdout=subprocess.DEVNULL,
     )
     return BUNDLE
@@ -247,6 +258,47 @@ def pending_delayed(runtime: Runtime, k: int, runs: int, *, whole: bool = False
     return [m, admission, execution, total] if whole else [m]
 
 
+def schedule_fires(runtime: Runtime, schedules: int, submit: bool, runs: int
+                   ) -> list[Measurement]:
+    """Scenario 8 in workerd: ``schedules`` schedules declared, only ``pulse`` falls due (every
+    two seconds of real time); the alarm that runs one fire of it (told apart by the
+    schedule's ``last_fire`` it moved), and with ``submit`` the alarm after it, which must
+    settle the fire's submission. The object's first fire is not measured."""
+    name = FIRES[(schedules, submit)][0]
+    fire = Measurement("8", WORKERD,
+                       fire_case(schedules, FIRE_SUBMIT if submit else FIRE_NOTHING))
+    ran = Measurement("8", WORKERD, fire_case(schedules, FIRE_RUN))
+    obj = Bench(runtime, name)
+    obj.status()  # the first request starts the object, and with it its schedules
+    # With ``submit``, one more fire: the run of the last measured one is then over.
+    wanted = runs + 1 + (1 if submit else 0)
+
+    def fired() -> list[dict[str, Any]] | None:
+        alarms = obj.alarms_since(0)
+        return alarms if sum(1 for a in alarms if a["fired"]) >= wanted else None
+
+    try:
+        alarms = poll(fired, f"{wanted} fires of {name}")
+    finally:
+        obj.call("stop")
+    at = [i for i, a in enumerate(alarms) if a["fired"]]
+    for i, following in zip(at[1 : runs + 1], [*at[2:], len(alarms)], strict=False):
+        if [schedule for schedule, _ in alarms[i]["fired"]] != ["pulse"]:
+            raise ScenarioError(f"expected pulse alone to fire: {alarms[i]}")
+        fire.runs.append(_sum_alarms(alarms[i : i + 1]))
+        if fire.explain is None:
+            fire.explain = _explain(alarms[i : i + 1])
+        if submit:
+            after = alarms[i + 1 : following]
+            if len(after) != 1 or after[0]["settled"] != 1:
+                raise ScenarioError(f"expected the next alarm to run the fire's submission, "
+                                    f"alone, before the next fire: {after}")
+            ran.runs.append(_sum_alarms(after))
+            if ran.explain is None:
+                ran.explain = _explain(after)
+    return [fire, ran] if submit else [fire]
+
+
 def run(runner: Any, systems: list[str], plan: dict[str, Any], runs: int,
         explain: bool) -> None:
     """Run the live scenarios of ``systems`` (``workerd``, ``agents``) through ``runner``."""
@@ -294,3 +346,11 @@ def _threadline_live(runner: Any, runtime: Runtime, plan: dict[str, Any], runs: 
     for k in plan["k"]:
         runner.step(f"7 K={k:,} pending delayed submissions [workerd]",
                     lambda k=k: pending_delayed(runtime, k, runs, whole=k == plan["k"][0]))
+    for submit in (False, True):
+        for n in plan["schedules"]:
+            runner.step(f"8 N={n:,} schedules, one fire {_submitting(submit)} [workerd]",
+                        lambda n=n, submit=submit: schedule_fires(runtime, n, submit, runs))
+
+
+def _submitting(submit: bool) -> str:
+    return "submitting one" if submit else "submitting nothing"

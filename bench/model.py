@@ -11,6 +11,17 @@ SIM = "threadline (sqlite3 approximation)"
 WORKERD = "threadline (workerd)"
 AGENTS = "agents sdk (workerd)"
 
+#: Scenario 8's cases: the alarm that runs a fire submitting nothing, one submitting once, and
+#: the alarm after it, which runs that submission.
+FIRE_NOTHING = "fire, nothing submitted"
+FIRE_SUBMIT = "fire submitting one"
+FIRE_RUN = "that submission's run"
+
+
+def fire_case(schedules: int, what: str) -> str:
+    """Scenario 8's case name for ``schedules`` schedules declared."""
+    return f"N={schedules:,}: {what}"
+
 
 class ScenarioError(RuntimeError):
     """A scenario did not do what it measures (a submission did not settle, say)."""

@@ -1,4 +1,4 @@
-"""Scenarios 1, 2, 5 and 7 under CPython, on ``threadline.testing.SimulatedObject``.
+"""Scenarios 1, 2, 5, 7 and 8 under CPython, on ``threadline.testing.SimulatedObject``.
 
 The storage is sqlite3, whose meter is approximate (rows returned and rows changed, no index
 entries), hence the label "sqlite3 approximation". Time is a manual clock: wall time is the
@@ -12,10 +12,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench_app import app
+from bench_app import PULSE_EVERY, PULSE_THREAD, app, schedule_app
 from bench_meter import Cost, StatementLog
 
-from bench.model import SIM, Measurement, ScenarioError
+from bench.model import (
+    FIRE_NOTHING,
+    FIRE_RUN,
+    FIRE_SUBMIT,
+    SIM,
+    Measurement,
+    ScenarioError,
+    fire_case,
+)
 from threadline.maintenance import PassPhase
 from threadline.testing import SimulatedObject
 from threadline.threads.model import ScheduledSubmission, SubmissionState
@@ -191,6 +199,71 @@ async def pending_delayed(
             if explain and run == 0:
                 m.explain = cost.as_dict(explain=True)["by_statement"]
     return [m, admission, execution, total] if whole else [m]
+
+
+_PULSE = "SELECT next_fire, last_fire FROM tl_schedules WHERE id = 'pulse'"
+
+
+async def schedule_fires(
+    schedules: int, submit: bool, runs: int, explain: bool = False
+) -> list[Measurement]:
+    """Scenario 8: ``schedules`` schedules declared, only ``pulse`` due; cost of the alarm that
+    runs one fire of it (its function does nothing, or with ``submit`` submits once), and with
+    ``submit`` of the next alarm, which runs that submission."""
+    fire = Measurement("8", SIM, fire_case(schedules, FIRE_SUBMIT if submit else FIRE_NOTHING))
+    ran = Measurement("8", SIM, fire_case(schedules, FIRE_RUN))
+    interval = int(PULSE_EVERY.total_seconds() * 1000)
+    async with SimulatedObject(schedule_app(schedules, submit)) as obj:
+        log = StatementLog(obj.storage)
+        alarms = _meter_alarms(obj, log)
+        # A new object's start and first fire (its first lanes, the agent's first rows) are not
+        # measured.
+        await obj.run_alarms(until=_pulse(log)[0] + interval // 2)
+        for run in range(runs):
+            due, _ = _pulse(log)
+            if obj.alarm_at != due:
+                raise ScenarioError(f"the alarm is at {obj.alarm_at}, the next fire at {due}")
+            alarms.clear()
+            reports = await obj.run_alarms(until=due + interval // 2)
+            if _pulse(log)[1] != due:
+                raise ScenarioError(f"the fire of {due} did not complete: {reports!r}")
+            if len(alarms) != (2 if submit else 1):
+                raise ScenarioError(f"{len(alarms)} alarms for one fire: {reports!r}")
+            fire.runs.append(_figures(alarms[0][0], alarms[0][1], 1))
+            if submit:
+                states = [sub.state for sub in obj.submissions(PULSE_THREAD)]
+                if reports[1].settled != 1 or states != [SubmissionState.SETTLED] * (run + 2):
+                    raise ScenarioError(f"the fire's submission did not run next: {reports!r}")
+                ran.runs.append(_figures(alarms[1][0], alarms[1][1], 1))
+            if explain and run == 0:
+                fire.explain = alarms[0][0].as_dict(explain=True)["by_statement"]
+                if submit:
+                    ran.explain = alarms[1][0].as_dict(explain=True)["by_statement"]
+    return [fire, ran] if submit else [fire]
+
+
+def _pulse(log: StatementLog) -> tuple[int, int | None]:
+    """``pulse``'s next fire time and last fire (read outside any measurement)."""
+    row = log.unmetered_exec(_PULSE).one()
+    return int(row["next_fire"]), None if row["last_fire"] is None else int(row["last_fire"])
+
+
+def _meter_alarms(obj: SimulatedObject, log: StatementLog) -> list[tuple[Cost, float]]:
+    """Meter each alarm handler run of ``obj`` on its own, as the bench object does in workerd:
+    the list returned gets the cost and wall time of each, in order."""
+    alarms: list[tuple[Cost, float]] = []
+    handler = obj.space.alarm
+
+    async def metered(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        with log.measure() as cost:
+            try:
+                return await handler(*args, **kwargs)
+            finally:
+                alarms.append((cost, time.perf_counter() - started))
+
+    obj.space.alarm = metered  # type: ignore[method-assign]
+    return alarms
 
 
 def _pending_delayed(obj: SimulatedObject) -> int:

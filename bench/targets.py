@@ -109,6 +109,20 @@ def _judge_delayed(ms: list[Measurement]) -> list[str]:
     return out
 
 
+def _judge_fires(ms: list[Measurement]) -> list[str]:
+    by_kind: dict[str, list[tuple[str, float, float]]] = {}
+    for m in ms:
+        n, kind = m.case.split(": ", 1)
+        by_kind.setdefault(kind, []).append((n, m.median("rows_read") or 0, billed_written(m)))
+    out: list[str] = []
+    for kind, figures in by_kind.items():
+        shown = "; ".join(f"{n} {read:g} read, {written:g} written (billed)"
+                          for n, read, written in figures)
+        flat = len({(read, written) for _, read, written in figures}) == 1
+        out.append(f"{kind}: flat in N: {'met' if flat else 'MISSED'} ({shown})")
+    return out
+
+
 SCENARIOS = [
     Scenario(
         "1", "caught-up pass with 0 / 1,000 / 10,000 settled submissions",
@@ -143,6 +157,12 @@ SCENARIOS = [
         "7", "K pending delayed submissions, one due: the alarm that admits it",
         "at most 15 rows read, flat in K",
         judge=_judge_delayed,
+    ),
+    Scenario(
+        "8", "N = 1 / 100 schedules declared, one due: the alarm that runs one fire (submitting "
+        "nothing, or one submission, then that submission's run)",
+        "rows read and written flat in N",
+        judge=_judge_fires,
     ),
 ]
 

@@ -1,4 +1,5 @@
-"""The agents every benchmark scenario runs, in CPython and in workerd alike."""
+"""The agents (and scenario 8's schedules) every benchmark scenario runs, in CPython and in
+workerd alike."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import inspect
 from datetime import timedelta
 from typing import Any
 
+from threadline import ScheduleContext
 from threadline.app import Application
 from threadline.threads import Turn
 
@@ -36,3 +38,41 @@ def sleep_duration(ms: int) -> Any:
     if len(params) > 1 and params[1] == "ms":
         return ms
     return timedelta(milliseconds=ms)
+
+
+#: Scenario 8: the schedule that falls due (``pulse``) fires every two seconds of real time in
+#: workerd, far enough apart that a fire's alarm and its submission's run are never one alarm
+#: with the next fire's.
+PULSE_EVERY = timedelta(seconds=2)
+#: The other schedules of scenario 8: declared, never due while the benchmark runs.
+IDLE_EVERY = timedelta(days=300)
+PULSE_THREAD = "pulse"
+#: Scenario 8's objects in workerd, by (schedules declared, whether a fire submits): the object
+#: name the driver uses, its Durable Object binding and class (``bench_entry``).
+FIRES = {
+    (1, False): ("fires-1", "FIRES_1", "FiresOne"),
+    (100, False): ("fires-100", "FIRES_100", "FiresHundred"),
+    (1, True): ("fires-1-submit", "FIRES_1_SUBMIT", "FiresOneSubmit"),
+    (100, True): ("fires-100-submit", "FIRES_100_SUBMIT", "FiresHundredSubmit"),
+}
+
+
+def schedule_app(schedules: int, submit: bool) -> Application:
+    """Scenario 8's application: the ``unit`` agent and ``schedules`` schedules, of which only
+    ``pulse`` (every :data:`PULSE_EVERY`) falls due. Its function does nothing, or, with
+    ``submit``, submits one ``unit`` submission to the Thread :data:`PULSE_THREAD` (once per
+    fire: the default key comes from the fire time)."""
+    scheduled = Application()
+    scheduled.agent("unit")(unit)
+
+    @scheduled.every(PULSE_EVERY, id="pulse")
+    async def pulse(ctx: ScheduleContext) -> None:
+        if submit:
+            await ctx.submit(PULSE_THREAD, {"fire": ctx.fire_ms}, agent="unit")
+
+    async def idle(ctx: ScheduleContext) -> None:
+        return None
+
+    for n in range(schedules - 1):
+        scheduled.every(IDLE_EVERY, id=f"idle-{n}")(idle)
+    return scheduled

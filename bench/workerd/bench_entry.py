@@ -7,6 +7,10 @@ admit or seed submissions and read what each alarm cost (workerd's billed ``rows
 app's ``Default`` with its spaces bound to ``BenchThreadObject`` too, so that the alarms the API's
 submissions cause are the metered ones (a space and a bench object of the same name are one
 object). The bench object also registers the app's ``echo`` agent for the API scenarios.
+
+Scenario 8's objects are the same bench object over ``bench_app.schedule_app``: one class (and
+binding) per application, as a Durable Object class has one app; ``/_bench/{name}/...`` reaches
+them by the object names of ``bench_app.FIRES``.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import time
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from bench_app import FIRES, schedule_app
 from bench_app import app as bench_app
 from bench_meter import StatementLog
 from pyodide.ffi import jsnull
@@ -30,6 +35,10 @@ _OPEN_TIMERS = "SELECT COUNT(*) AS n FROM tl_waits WHERE state = 'open' AND kind
 _OPEN = "SELECT COUNT(*) AS n FROM tl_submissions WHERE state <> 'settled'"
 _STATE = "SELECT state FROM tl_submissions WHERE id = ?"
 _SCHEDULED = "SELECT COUNT(*) AS n FROM tl_delayed"
+# The schedules that have fired, with their last fire (only ``pulse`` fires while the bench runs).
+_FIRED = "SELECT id, last_fire FROM tl_schedules WHERE last_fire IS NOT NULL"
+#: Scenario 8's object names -> their bindings.
+_FIRES_BINDINGS = {name: binding for name, binding, _ in FIRES.values()}
 
 # The example Worker's agent, unchanged, for the scenarios that go through the HTTP API.
 bench_app.agent("echo")(echo)
@@ -46,7 +55,8 @@ class Default(AppDefault):
         if not path.startswith(PREFIX):
             return await super().fetch(request)
         name = path[len(PREFIX) :].split("/", 1)[0]
-        forwarded = await self.env.BENCH.getByName(name).fetch(url)
+        binding = getattr(self.env, _FIRES_BINDINGS.get(name, "BENCH"))
+        forwarded = await binding.getByName(name).fetch(url)
         return Response(
             await forwarded.bytes(),
             status=forwarded.status,
@@ -71,9 +81,10 @@ class BenchThreadObject(ThreadObjectBase):
 
     async def alarm(self, alarm_info: Any = None) -> None:
         """The deployed alarm, with its storage cost recorded (and, unmetered, how many
-        delayed submissions its pass admitted)."""
+        delayed submissions its pass admitted and which schedules fired in it)."""
         started = _now_ms()
         waiting = self._scheduled()
+        fired = self._fired()
         with self.log.measure() as cost:
             await super().alarm(alarm_info)
         recent = self.space.maintenance.reports.recent
@@ -85,11 +96,16 @@ class BenchThreadObject(ThreadObjectBase):
             "settled": None if report is None else report.settled,
             "dispatched": None if report is None else report.dispatched,
             "admitted": waiting - self._scheduled(),
+            "fired": sorted(set(self._fired().items()) - set(fired.items())),
             **cost.as_dict(explain=True),
         })
 
     def _scheduled(self) -> int:
         return int(self.log.unmetered_exec(_SCHEDULED).scalar())
+
+    def _fired(self) -> dict[str, int]:
+        rows = self.log.unmetered_exec(_FIRED)
+        return {str(row["id"]): int(row["last_fire"]) for row in rows}
 
     async def fetch(self, request: Any) -> Response:
         url = urlsplit(str(request.url))
@@ -139,6 +155,11 @@ class BenchThreadObject(ThreadObjectBase):
         self.storage.set_alarm(_now_ms())
         return {"alarms": len(self.alarms)}
 
+    async def op_stop(self) -> dict[str, Any]:
+        """Delete the alarm (not metered): a scenario-8 object stops firing once measured."""
+        self.storage.delete_alarm()
+        return {"alarm": await self._alarm_slot(), "alarms": len(self.alarms)}
+
     async def op_alarms(self, since: str = "0") -> dict[str, Any]:
         """The alarms run so far (from index ``since``); reads no SQL."""
         return {"count": len(self.alarms), "alarms": self.alarms[int(since) :]}
@@ -174,4 +195,29 @@ class BenchThreadObject(ThreadObjectBase):
         }
 
 
-__all__ = ["BenchThreadObject", "Default", "ThreadObject"]
+class FiresOne(BenchThreadObject):
+    """Scenario 8: one schedule declared, its fires submit nothing."""
+
+    app = schedule_app(1, submit=False)
+
+
+class FiresHundred(BenchThreadObject):
+    """Scenario 8: a hundred schedules declared, one falls due; its fires submit nothing."""
+
+    app = schedule_app(100, submit=False)
+
+
+class FiresOneSubmit(BenchThreadObject):
+    """Scenario 8: one schedule declared, each fire submits once."""
+
+    app = schedule_app(1, submit=True)
+
+
+class FiresHundredSubmit(BenchThreadObject):
+    """Scenario 8: a hundred schedules declared, one falls due; each fire submits once."""
+
+    app = schedule_app(100, submit=True)
+
+
+__all__ = ["BenchThreadObject", "Default", "FiresHundred", "FiresHundredSubmit", "FiresOne",
+           "FiresOneSubmit", "ThreadObject"]

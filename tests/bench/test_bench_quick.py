@@ -27,7 +27,10 @@ def test_bench_quick_runs_every_scenario(tmp_path: Path) -> None:
     seen = {(m["scenario"], m["system"], m["case"]) for m in results["measurements"]}
     for system in ("threadline (sqlite3 approximation)", "threadline (workerd)"):
         for scenario, case in [("1", "settled=0"), ("2", "end to end"), ("5", "K=10"),
-                               ("7", "K=10"), ("7", "end to end")]:
+                               ("7", "K=10"), ("7", "end to end"),
+                               ("8", "N=1: fire, nothing submitted"),
+                               ("8", "N=100: fire submitting one"),
+                               ("8", "N=100: that submission's run")]:
             assert (scenario, system, case) in seen, (scenario, system, case)
     for case in ("schedule() K=10", "queue() end to end"):
         assert ("6", "agents sdk (workerd)", case) in seen

@@ -54,3 +54,17 @@ def test_latency_rows_show_percentiles_per_run_as_median_and_range() -> None:
     row = next(line for line in table([m]).splitlines() if line.startswith("4 "))
     assert "20.0 [10.0-30.0]" in row
     assert "40.0" in row
+
+
+def test_schedule_fires_are_judged_flat_in_n_per_kind_of_alarm() -> None:
+    def fire(n: int, what: str, read: int) -> Measurement:
+        return Measurement("8", WORKERD, f"N={n}: {what}", runs=[{
+            "rows_read": read, "rows_written": 8, "set_alarm": 1, "delete_alarm": 0}])
+
+    verdicts = _verdicts("8", [fire(1, "fire, nothing submitted", 13),
+                               fire(100, "fire, nothing submitted", 13),
+                               fire(1, "that submission's run", 31),
+                               fire(100, "that submission's run", 32)])
+    assert verdicts[0].startswith("fire, nothing submitted: flat in N: met")
+    assert verdicts[1] == ("that submission's run: flat in N: MISSED (N=1 31 read, 9 written "
+                           "(billed); N=100 32 read, 9 written (billed))")

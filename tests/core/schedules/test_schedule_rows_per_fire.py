@@ -1,7 +1,8 @@
 """What one fire costs in rows, on the CPython meter (the sqlite3 approximation: rows returned
-and rows changed, not index entries; workerd bills a few more): the alarm that runs a fire reads
-and writes a handful of rows, the same whether the object declares one schedule or a hundred
-more that are not due. Run with ``-s`` to see the figures."""
+and rows changed, not index entries; workerd bills a few more, see scenario 8 of
+``scripts/bench``): the alarm that runs a fire reads and writes a handful of rows, the same
+whether the object declares one schedule or a hundred more that are not due. Run with ``-s`` to
+see the figures."""
 
 from __future__ import annotations
 
