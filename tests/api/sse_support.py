@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import suppress
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from api_support import Api
 
 from threadline.api.http import Request, Response
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,28 @@ def parse_block(block: bytes) -> Event:
     )
 
 
+#: Loop turns within which :func:`soon` expects its result: in process, an event already due,
+#: or woken by a commit just made, arrives within a few.
+READ_TURNS = 1_000
+
+
+async def soon(awaitable: Awaitable[T]) -> T:
+    """The result of ``awaitable``, expected within :data:`READ_TURNS` turns of the loop.
+
+    For a read whose event is already on its way: one still missing by then fails the test
+    there, rather than hanging it on a stream that waits (for a heartbeat the clock never
+    reaches, say)."""
+    task = asyncio.ensure_future(awaitable)
+    for _ in range(READ_TURNS):
+        if task.done():
+            return task.result()
+        await asyncio.sleep(0)
+    task.cancel()
+    with suppress(asyncio.CancelledError):
+        await task
+    raise AssertionError(f"nothing within {READ_TURNS} loop turns: the stream is waiting")
+
+
 class StreamReader:
     """Reads SSE blocks from a streamed response."""
 
@@ -55,6 +80,11 @@ class StreamReader:
         self.buffer = b""
 
     async def next(self) -> Event:
+        """The next event, already on its way (see :func:`soon`)."""
+        return await soon(self.wait())
+
+    async def wait(self) -> Event:
+        """The next event, however long it takes (see :func:`pending`)."""
         while b"\n\n" not in self.buffer:
             self.buffer += await anext(self.stream)
         block, _, self.buffer = self.buffer.partition(b"\n\n")
@@ -75,7 +105,7 @@ async def turns(count: int = 50) -> None:
 
 async def pending(reader: StreamReader) -> asyncio.Task[Event]:
     """Start reading the next event and let the loop run; the task must still be waiting."""
-    task = asyncio.ensure_future(reader.next())
+    task = asyncio.ensure_future(reader.wait())
     await turns()
     return task  # type: ignore[return-value]
 

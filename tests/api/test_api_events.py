@@ -13,6 +13,7 @@ from sse_support import (
     drive,
     open_stream,
     pending,
+    soon,
     submit,
     turns,
 )
@@ -60,7 +61,7 @@ def test_records_arrive_in_seq_order_then_live(chat: Api) -> None:
         waiting = await pending(reader)
         assert not waiting.done()
         second = await submit(chat, "t1", {"count": 2}, agent="chatty")
-        admitted = await waiting
+        admitted = await soon(waiting)
         assert admitted.event == "submission" and admitted.id is None
         assert admitted.data["id"] == second["id"] and admitted.data["state"] == "queued"
         await drive(chat)
@@ -234,7 +235,7 @@ def test_a_stream_opened_before_the_first_submission_writes_nothing_then_deliver
         assert not waiting.done()
         assert len(chat.space.api.subscribers) == 1
         first = await submit(chat, "fresh", {"count": 2}, agent="chatty")
-        admitted = await waiting
+        admitted = await soon(waiting)
         assert admitted.event == "submission" and admitted.id is None
         assert admitted.data["id"] == first["id"] and admitted.data["state"] == "queued"
         await drive(chat)
@@ -296,6 +297,22 @@ def test_other_refusals(chat: Api) -> None:
     assert header.status == 400 and header.json()["field"] == "Last-Event-ID"
     post = chat.call("POST", chat.thread_path("t1") + "/events", {})
     assert post.status == 405 and post.headers["allow"] == "GET, HEAD"
+
+
+def test_the_stream_tells_caches_and_buffering_proxies_to_pass_each_event_through(
+    chat: Api,
+) -> None:
+    """Compared as HTTP does: header names, and these directives, case-insensitively."""
+
+    async def go() -> None:
+        reply = await call(chat, "GET", chat.thread_path("t1") + "/events")
+        assert reply.status == 200 and reply.stream is not None
+        headers = {name.lower(): value.lower() for name, value in reply.headers.items()}
+        assert headers["cache-control"] == "no-cache"
+        assert headers["x-accel-buffering"] == "no"
+        await reply.stream.aclose()  # type: ignore[attr-defined]
+
+    run(go())
 
 
 def test_head_answers_without_opening_a_subscription(chat: Api) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from api_support import Api, make_api, run
-from sse_support import drive, submit, turns
+from sse_support import drive, soon, submit, turns
 
 from threadline import Application, ManualClock, Turn, ValidationFailed
 from threadline.api import edge
@@ -91,7 +91,7 @@ def test_the_async_client_resumes_after_a_lost_connection(chat: Api) -> None:
         await submit(chat, "t1", {"count": 3}, agent="chatty")
         await drive(chat)
         events = client.events("acme", "t1", reconnect_delay=0.5)
-        got = [await anext(events) for _ in range(3)]
+        got = [await soon(anext(events)) for _ in range(3)]
         assert _records(got) == [1, 2, 3]
         assert seen_headers == [None, "2"] and slept == [0.5]
         assert got[0].record().body == {"n": 0}
@@ -101,9 +101,9 @@ def test_the_async_client_resumes_after_a_lost_connection(chat: Api) -> None:
         reading = asyncio.ensure_future(anext(events))
         await turns()
         await drive(chat)
-        more.append(await reading)
+        more.append(await soon(reading))
         while len(_records(more)) < 2:
-            more.append(await anext(events))
+            more.append(await soon(anext(events)))
         assert _records(got + more) == [1, 2, 3, 4, 5]
         states = [e for e in more if e.kind == "submission"]
         assert states and states[0].seq is None and states[0].data["state"] == "queued"
@@ -134,13 +134,13 @@ def test_the_async_client_follows_a_thread_from_before_its_first_submission(
         assert not reading.done()
         assert len(chat.space.api.subscribers) == 1
         first = await submit(chat, "fresh", {"count": 2}, agent="chatty")
-        admitted = await reading
+        admitted = await soon(reading)
         assert admitted.kind == "submission" and admitted.data["id"] == first["id"]
         assert admitted.data["state"] == "queued"
         await drive(chat)
-        more = [await anext(events)]
+        more = [await soon(anext(events))]
         while len(_records(more)) < 2:
-            more.append(await anext(events))
+            more.append(await soon(anext(events)))
         assert _records(more) == [1, 2]
         assert [e.record().body for e in more if e.kind == "record"] == [{"n": 0}, {"n": 1}]
         await events.aclose()  # type: ignore[attr-defined]

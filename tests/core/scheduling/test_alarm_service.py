@@ -127,3 +127,42 @@ def test_ensure_due_and_decide_measure_from_the_now_they_are_given(
     later = given + 5_000
     assert sched.alarm.decide(later) is AlarmDecision.REARMED
     assert sched.alarm.scheduled() == later + sched.config.min_alarm_delay_ms
+
+
+def test_decide_known_keeps_the_minimum_delay_from_the_now_it_is_given(
+    sched: Scheduler, clock: ManualClock
+) -> None:
+    """A caught-up pass decides from the earliest due it read; work due sooner than the
+    minimum delay still waits that delay, so a pass never re-arms itself closer than that."""
+    now = clock.now_ms()
+    delay = sched.config.min_alarm_delay_ms
+    soon = now + delay // 5
+    assert sched.alarm.decide_known(now, soon) is AlarmDecision.REARMED
+    assert sched.alarm.scheduled() == now + delay
+    far = now + 90_000
+    assert sched.alarm.decide_known(now, far) is AlarmDecision.REARMED
+    assert sched.alarm.scheduled() == far  # later than before: the truth
+    assert sched.alarm.decide_known(now, None) is AlarmDecision.CLEARED
+    assert sched.alarm.scheduled() is None
+
+
+def test_a_wake_during_a_pass_is_spent_once_by_decide_known(
+    sched: Scheduler, storage: SqliteStorage, clock: ManualClock
+) -> None:
+    """Like :meth:`decide`, the caught-up decision spends a wake deferred during the pass:
+    the next pass comes when the work is due, not a minimum delay away, and only once."""
+    now = clock.now_ms()
+    delay = sched.config.min_alarm_delay_ms
+    soon = now + delay // 5
+    sched.due_queue.enroll(HOST, soon)
+    storage.take_due_alarm(now)
+    with sched.alarm.wakes_deferred():
+        sched.alarm.schedule_now()
+        assert sched.alarm.scheduled() is None  # nothing written under the running pass
+        assert sched.alarm.decide_known(now, soon) is AlarmDecision.REARMED
+        assert sched.alarm.scheduled() == soon
+        # Spent: a second decision of the same pass keeps the minimum delay.
+        assert sched.alarm.decide_known(now, soon) is AlarmDecision.REARMED
+        assert sched.alarm.scheduled() == now + delay
+    # Nor is it armed again as the pass ends.
+    assert sched.alarm.scheduled() == now + delay

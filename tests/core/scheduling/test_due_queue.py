@@ -192,6 +192,26 @@ def test_a_waves_progress_replenishes_the_lane_it_holds_and_keeps_its_revision(
     assert _lane(queue).due_at is None
 
 
+def test_a_waves_progress_brings_the_crash_fallback_forward_after_a_producer_refilled_it(
+    queue: DueQueue, clock: ManualClock, config: RuntimeConfig
+) -> None:
+    """A producer's progress during the wave resets the budget but keeps the claim's backoff
+    deadline; the wave's own progress still brings that crash fallback forward, so a lane
+    lost mid-wave is due again within the fallback it names."""
+    now = clock.now_ms()
+    queue.enroll(HOST, now)
+    for _ in range(2):  # two claims without progress: the second backs off past the base
+        charged = queue.claim(_lane(queue), now)
+    assert charged is not None and charged.due_at is not None
+    fallback = now + config.alarm_backoff_base_ms
+    assert charged.due_at > fallback
+    queue.enroll(HOST, now + 3_600_000, progress=True)  # a new fact, due later
+    refilled = _lane(queue)
+    assert (refilled.stalls, refilled.due_at, refilled.not_before) == (0, charged.due_at, 0)
+    assert queue.replenish(HOST, fallback)
+    assert _lane(queue).due_at == fallback
+
+
 def test_progress_resets_budget_but_a_replayed_cursor_does_not_accelerate(
     queue: DueQueue, clock: ManualClock
 ) -> None:

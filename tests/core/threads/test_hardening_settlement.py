@@ -292,6 +292,44 @@ def test_a_held_end_never_applies_to_another_claim(
     assert (error["type"], error["cause"]) == ("AttemptLost", "interrupted")
 
 
+def test_a_held_failure_after_a_reset_is_charged_without_the_lost_attempt(
+    clock: ManualClock, effects: Effects
+) -> None:
+    """Recovery ending a claim with a held failure charges ``attempts - losses`` against
+    ``max_attempts``, as the runtime does: an Attempt lost to a reset before it spends
+    nothing, so with ``max_attempts=2`` the failure is retried and the next Attempt settles."""
+
+    async def fails_once_after_a_reset(turn: Turn) -> Any:
+        if turn.attempt <= 2:
+            raise RuntimeError(f"upstream down in attempt {turn.attempt}")
+        return "fine"
+
+    storage, h, sub = setup(clock, effects, fails_once_after_a_reset,
+                            RuntimeConfig(max_attempts=2))
+    # Attempt 1: its failure is held, then lost with the object: a reset, not a failure.
+    storage.fail(move_write, times=2)
+    assert run(h.runtime.process_thread_head("t")) is None
+    h.evict()
+    assert [r.decision for r in h.runtime.run_recovery("t").reports] == [
+        RecoveryDecision.RE_READY]
+    lost = h.get(sub)
+    assert (lost.attempts, lost.losses) == (1, 1)
+    # Attempt 2 fails for real, and storage refuses to record that too: held again.
+    storage.fail(move_write, times=2)
+    assert run(h.runtime.process_thread_head("t")) is None
+    assert h.runtime.recovery.held == 1
+    # One failure charged of two: retried after its backoff, not settled failed.
+    assert [r.decision for r in h.runtime.run_recovery("t").reports] == [
+        RecoveryDecision.RE_READY]
+    retried = h.get(sub)
+    assert retried.state is SubmissionState.READY and retried.error is not None
+    assert retried.error["message"] == "upstream down in attempt 2"
+    run(settle_all(h, clock))
+    done = h.get(sub)
+    assert (done.outcome, done.result, done.attempts, done.losses) == (
+        Outcome.COMPLETED, "fine", 3, 1)
+
+
 def test_a_yield_storage_refuses_outright_is_held_with_the_refusal(
     clock: ManualClock, effects: Effects
 ) -> None:

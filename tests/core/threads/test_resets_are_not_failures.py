@@ -93,6 +93,30 @@ def test_a_step_that_crashes_the_object_every_time_settles_failed_after_the_loss
     assert "after step 'step:prepare' finished" in error["message"]
 
 
+def test_a_crash_loop_before_any_step_finished_says_so_and_names_the_last_attempt() -> None:
+    """The CrashLoop error of an agent lost every time before its first step finishes names
+    journal position 0 as "before any step finished" and the last lost Attempt's number."""
+    effects = Effects()
+    config = RuntimeConfig(max_attempts=3, max_consecutive_losses=4)
+    app = Application(config)
+
+    @app.agent("agent")
+    async def agent(turn: Turn) -> Any:
+        def fragile() -> None:
+            effects.hit("fragile")
+            raise Evicted("the first step brought the object down")
+
+        return await turn.step("fragile", fragile)
+
+    failed, evictions = _run(app, lambda obj: obj.admit("t", "agent", None).id)
+    assert evictions == 4 == effects.count("fragile")
+    assert failed.outcome is Outcome.FAILED
+    error = failed.error
+    assert (error["type"], error["attempt"], error["in_a_row"], error["position"]) == (
+        "CrashLoop", 4, 4, 0)
+    assert "at journal position 0 (before any step finished)" in error["message"]
+
+
 def test_an_agent_reset_once_in_each_of_many_steps_is_never_failed_for_it() -> None:
     """Losses in a row are counted at one journal position: a step that finishes between
     two losses starts a new count, however many losses there are in all."""

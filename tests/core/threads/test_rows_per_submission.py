@@ -137,6 +137,40 @@ def test_dormant_follows_every_move(storage: SqliteStorage, to: SubmissionState)
         assert storage.exec("SELECT dormant FROM tl_submissions WHERE id = ?", sid).scalar() == 0
 
 
+_OPEN_STATES = [s for s in SubmissionState if s is not SubmissionState.SETTLED]
+
+
+@pytest.mark.parametrize("start", _OPEN_STATES)
+@pytest.mark.parametrize("to", _OPEN_STATES)
+def test_a_move_rewrites_the_open_work_index_only_when_it_crosses_dormant(
+    storage: SqliteStorage, monkeypatch: pytest.MonkeyPatch, start: SubmissionState,
+    to: SubmissionState,
+) -> None:
+    """One UPDATE of the row, which names ``dormant`` (an index entry more, billed) only when
+    the move crosses into or out of the dormant states; only a move out of ``suspended``
+    then looks for the input held behind it."""
+    storage.exec(_THREAD, "t", 0, 0)
+    storage.exec(_ADMIT, "s", 1, None)
+    storage.exec("UPDATE tl_submissions SET state = ?, dormant = ? WHERE id = 's'",
+                 start.value, int(start in transitions.DORMANT))
+    statements: list[str] = []
+    run = storage.exec
+
+    def spy(sql: str, *params: object) -> Rows:
+        statements.append(sql)
+        return run(sql, *params)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(storage, "exec", spy)
+    assert transitions.move(storage, "s", state=start, revision=0, to=to, now=5,
+                            thread_id="t")
+    crossing = (start in transitions.DORMANT) != (to in transitions.DORMANT)
+    update = statements[0]
+    monkeypatch.undo()
+    assert ("tl_submissions_open" in btrees_written(storage, update)) == crossing
+    released = [transitions._RELEASE] if start is SubmissionState.SUSPENDED else []
+    assert statements[1:] == released
+
+
 def test_an_outbox_row_is_one_b_tree_entry(storage: SqliteStorage) -> None:
     assert btrees_written(storage, outbox._INSERT_OUTBOX) == ["tl_outbox"]
 
