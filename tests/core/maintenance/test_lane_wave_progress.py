@@ -11,7 +11,7 @@ import pytest
 from faults_support import CONFIG, Rig, build
 
 from threadline.clock import ManualClock
-from threadline.errors import SchedulingError
+from threadline.errors import Evicted, SchedulingError
 from threadline.maintenance.lanes import LaneRunner, WaveOutcome, WaveResult, current_wave
 from threadline.scheduling import LaneState
 from threadline.storage import SqliteStorage
@@ -102,3 +102,23 @@ def test_progress_must_commit_with_its_step(rig: Rig) -> None:
     result = _wave(rig, _runner(rig, outside))
     assert len(refused) == 1 and not result.progressed
     assert current_wave() is None  # only code inside a wave sees one
+
+
+def test_a_wave_lost_after_its_progress_is_due_again_within_the_base_backoff(rig: Rig) -> None:
+    """Progress brings the claim's crash fallback (a parked lane's was an hour away) to
+    ``alarm_backoff_base_ms`` after the step: not later, and not at once either."""
+    stepped: list[int] = []
+
+    async def delivers_then_is_lost(now: int, deadline: int) -> int | None:
+        rig.clock.advance(250)
+        rig.storage.transaction(_progress)
+        stepped.append(rig.clock.now_ms())
+        raise Evicted("lost mid-wave")
+
+    runner = _runner(rig, delivers_then_is_lost, stalls=CONFIG.park_after_stalls - 1)
+    with pytest.raises(Evicted):
+        _wave(rig, runner)
+    lane = rig.sched.due_queue.get(LANE)
+    assert lane is not None
+    assert (lane.state, lane.stalls) == (LaneState.DUE, 0)
+    assert lane.due_at == stepped[0] + CONFIG.alarm_backoff_base_ms

@@ -1,5 +1,6 @@
-"""The lane runner on its own: a failed wave's backoff counts from when the wave ended, and a
-stale snapshot is reported for its lane without running anything."""
+"""The lane runner on its own: a failed wave's backoff counts from when the wave ended, a
+stale snapshot is reported for its lane without running anything, and a wave ends as soon as
+its handler returns."""
 
 from __future__ import annotations
 
@@ -169,3 +170,20 @@ def test_register_accepts_dispatch_timeouts_up_to_the_maximum(rig: Rig) -> None:
     with pytest.raises(SchedulingError):
         runner.register(NATIVE, _returns_none, dispatch_timeout_ms=1)
     assert runner.registered == {"a.lane", "b.lane"}
+
+
+def test_a_wave_ends_when_its_handler_returns_not_at_its_deadline(rig: Rig) -> None:
+    runner = _runner(rig)
+    runner.register(LANE, _returns_none, dispatch_timeout_ms=MAX_DISPATCH_TIMEOUT_MS)
+
+    async def body() -> None:
+        rig.sched.gate.schedule(LANE, rig.clock.now_ms())
+        lane = rig.sched.due_queue.get(LANE)
+        assert lane is not None
+        wave = asyncio.ensure_future(runner.run_wave(lane))
+        for _ in range(10):  # the clock never moves
+            await asyncio.sleep(0)
+        assert wave.done(), "the wave waited for its dispatch timeout"
+        assert wave.result().outcome is WaveOutcome.COMPLETED
+
+    asyncio.run(body())

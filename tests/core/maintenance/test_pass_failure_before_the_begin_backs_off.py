@@ -257,3 +257,39 @@ async def _fire_ok(obj: Obj) -> None:
     obj.clock.set(max(slot, obj.clock.now_ms()))
     report = await obj.fire()
     assert report.phase is PassPhase.CAUGHT_UP
+
+
+def test_a_producer_in_flight_is_not_postponed_by_a_failure_before_the_begin(
+    raw_storage: SqliteStorage, clock: ManualClock
+) -> None:
+    """A producer whose body is still running when the pass fails before its begin: nothing
+    is backed off, so the facts it is about to commit are served at the minimum delay."""
+
+    async def body() -> None:
+        obj = Obj(raw_storage, clock, echo_app)
+        await obj.start()
+        await obj.run()
+        obj.admit("t1", {"n": 1})
+        gate = obj.space.scheduler.gate
+        entered, finish = asyncio.Event(), asyncio.Event()
+
+        async def producer() -> None:
+            async with gate.mutation():
+                entered.set()
+                await finish.wait()
+
+        task = asyncio.ensure_future(producer())
+        await entered.wait()
+        assert gate.active == 1
+        _refuse_the_begin(obj)
+        await _fire_at_slot(obj)
+        assert read_state(raw_storage).retry is None
+        native = obj.space.scheduler.due_queue.get(NATIVE)
+        assert native is not None and native.due_at is not None
+        assert native.due_at <= clock.now_ms() + MIN_DELAY
+        slot = raw_storage.known_alarm()
+        assert slot is not None and slot <= clock.now_ms() + MIN_DELAY
+        finish.set()
+        await task
+
+    run(body())

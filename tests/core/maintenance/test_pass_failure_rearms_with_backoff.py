@@ -4,6 +4,7 @@ the same re-arming."""
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 
 import pytest
@@ -148,5 +149,42 @@ def test_pass_defect_propagates_after_rearming(
         assert retry is not None
         assert raw_storage.known_alarm() == retry.not_before
         assert obj.space.maintenance.reports.recent[-1].phase is PassPhase.FAILED
+
+    run(body())
+
+
+def test_pass_failure_never_postpones_a_producer_still_in_flight(
+    raw_storage: SqliteStorage, clock: ManualClock
+) -> None:
+    """A producer whose body was still running when the pass failed commits facts the pass
+    could not have seen: the failure backs its generation off, but the native lane stays due
+    after the minimum delay, not at the backoff."""
+
+    async def body() -> None:
+        obj = Obj(raw_storage, clock, echo_app)
+        await obj.start()
+        await obj.run()
+        gate = obj.space.scheduler.gate
+        entered, finish = asyncio.Event(), asyncio.Event()
+
+        async def producer() -> None:
+            async with gate.mutation():
+                entered.set()
+                await finish.wait()
+
+        task = asyncio.ensure_future(producer())
+        await entered.wait()
+        assert gate.active == 1
+        _break_scan(obj, StorageError("boom"), times=1)
+        report = await obj.fire()
+        assert report.phase is PassPhase.FAILED
+        retry = read_state(raw_storage).pending_retry
+        native = obj.space.scheduler.due_queue.get(NATIVE)
+        min_delay = CONFIG.min_alarm_delay_ms
+        assert retry is not None and retry.not_before > clock.now_ms() + min_delay
+        assert native is not None and native.due_at == clock.now_ms() + min_delay
+        assert raw_storage.known_alarm() == clock.now_ms() + min_delay
+        finish.set()
+        await task
 
     run(body())

@@ -17,8 +17,10 @@ from threadline.app import Application
 from threadline.clock import ManualClock
 from threadline.config import RuntimeConfig
 from threadline.maintenance.faults import RecoveryEvent
+from threadline.scheduling import NATIVE
 from threadline.testing import Effects, SimulatedObject
 from threadline.threads.model import Outcome, SubmissionState
+from threadline.threads.recovery import RecoveryBlocked, RecoverySweepResult
 from threadline.threads.turn import Turn
 
 CLAIM_SQL = "SET state = 'running'"
@@ -160,6 +162,106 @@ def test_a_refused_clear_of_a_fault_with_no_open_work_is_retried() -> None:
             assert obj.space.faults.all() == []
             assert [event.kind for event in events] == ["created", "cleared"]
             assert all(report.phase != "failed" for report in obj.reports)
+            assert obj.alarm_at is None
+
+    asyncio.run(body())
+
+
+def test_a_refused_fault_transition_is_tried_once_per_pass() -> None:
+    """Storage refusing a Thread's fault transition is met once per pass, not again at each
+    turn of the pass: its retry is the pass's backoff."""
+
+    async def body() -> None:
+        clock = ManualClock()
+        events: list[RecoveryEvent] = []
+        async with SimulatedObject(_echo_app(events), clock=clock) as obj:
+            refused = obj.fail_statements(CLAIM_SQL, times=10**6)
+            submission = obj.admit("t", "echo", {})
+            await obj.run_alarms(until=clock.now_ms() + 1_000)
+            assert [fault.thread_id for fault in obj.space.faults.all()] == ["t"]
+            refused.remaining = 0
+            obj.abort(submission.id)  # nothing left to dispatch: the fault is to be cleared
+            deletes = obj.fail_statements(FAULT_DELETE_SQL, times=10**6)
+            tried: list[int] = []
+            for _ in range(3):
+                slot = obj.alarm_at
+                assert slot is not None, "the refused clear must keep the alarm armed"
+                passes = len(obj.reports)
+                await obj.run_alarms(until=slot)
+                assert len(obj.reports) == passes + 1
+                tried.append(10**6 - deletes.remaining - sum(tried))
+            assert tried == [1, 1, 1]
+            assert [fault.thread_id for fault in obj.space.faults.all()] == ["t"]
+            deletes.remaining = 0
+            await obj.run_alarms()
+            assert obj.space.faults.all() == []
+
+    asyncio.run(body())
+
+
+def test_a_thread_whose_recovery_is_blocked_is_not_dispatched_when_its_fault_is_refused() -> None:
+    """A blocked recovery holds the Thread's head back whether or not its fault could be
+    recorded: dispatching over an unrecovered Thread is never the fallback."""
+
+    async def body() -> None:
+        effects = Effects()
+        app = Application(RuntimeConfig(alarm_backoff_base_ms=BASE_MS))
+
+        @app.agent("echo")
+        async def echo(turn: Turn) -> str:
+            effects.hit("echo")
+            return "echo"
+
+        async with SimulatedObject(app, clock=ManualClock()) as obj:
+            blocked = {"on": True}
+            recovery = obj.space.runtime.recovery
+            original = recovery.run
+
+            def run_recovery(thread_id: str) -> RecoverySweepResult:
+                if blocked["on"]:
+                    return RecoverySweepResult((), (RecoveryBlocked(thread_id, "decode",
+                                                                    "KeyError"),))
+                return original(thread_id)
+
+            recovery.run = run_recovery  # type: ignore[method-assign]
+            writes = obj.fail_statements(FAULT_WRITE_SQL, times=1)
+            submission = obj.admit("t", "echo", {})
+            await obj.run_alarms(until=obj.alarm_at)  # the one pass due now
+            assert writes.remaining == 0 and len(obj.reports) == 1
+            assert effects.count("echo") == 0
+            assert obj.submission(submission.id).state is SubmissionState.QUEUED
+            blocked["on"] = False
+            await obj.run_alarms()
+            assert obj.submission(submission.id).outcome is Outcome.COMPLETED
+            assert effects.count("echo") == 1
+
+    asyncio.run(body())
+
+
+def test_a_fault_transition_refused_then_recorded_in_one_pass_leaves_nothing_owed() -> None:
+    """A faulted Thread's retry runs both its heads: the clear after the first dispatch is
+    refused, the one after the second is recorded. Then the Thread owes nothing more, so the
+    pass acknowledges its generation and arms no further pass."""
+
+    async def body() -> None:
+        clock = ManualClock()
+        events: list[RecoveryEvent] = []
+        async with SimulatedObject(_echo_app(events), clock=clock) as obj:
+            obj.fail_statements(CLAIM_SQL, times=1)
+            first = obj.admit("t", "echo", {})
+            await obj.run_alarms(until=obj.alarm_at)
+            (fault,) = obj.space.faults.all()
+            second = obj.admit("t", "echo", {})
+            deletes = obj.fail_statements(FAULT_DELETE_SQL, times=1)
+            await obj.run_alarms(until=fault.retry_at)
+            retry = obj.reports[-1]
+            assert retry.started_at == fault.retry_at
+            assert (retry.dispatched, retry.settled) == (2, 2)
+            assert deletes.remaining == 0 and obj.space.faults.all() == []
+            assert obj.submission(first.id).outcome is Outcome.COMPLETED
+            assert obj.submission(second.id).outcome is Outcome.COMPLETED
+            native = obj.space.scheduler.due_queue.get(NATIVE)
+            assert native is not None and native.due_at is None
             assert obj.alarm_at is None
 
     asyncio.run(body())

@@ -47,6 +47,8 @@ class _Refusal:
 
     lane: str
     on: bool = True
+    #: When set, how many more claims are refused (then they are written again).
+    left: int | None = None
 
 
 def _refuse_claims(obj: SimulatedObject, lane: str) -> _Refusal:
@@ -55,7 +57,10 @@ def _refuse_claims(obj: SimulatedObject, lane: str) -> _Refusal:
     real = storage.exec
 
     def exec(sql: str, *params: SqlValue) -> Rows:
-        if refusal.on and CLAIM_SQL in sql and refusal.lane in params:
+        if (refusal.on and CLAIM_SQL in sql and refusal.lane in params
+                and refusal.left != 0):
+            if refusal.left is not None:
+                refusal.left -= 1
             raise StorageError("injected storage failure (lane claim)")
         return real(sql, *params)
 
@@ -149,6 +154,38 @@ def test_a_held_lane_delays_neither_other_lanes_nor_native_work() -> None:
             lane = obj.space.scheduler.due_queue.get(LANE)
             assert lane is not None and lane.state is LaneState.IDLE
             assert obj.alarm_at is None
+        finally:
+            obj.close()
+
+    asyncio.run(body())
+
+
+def test_a_charge_written_after_refusals_ends_the_hold_and_its_count() -> None:
+    """Once storage writes the lane's charge again its durable row governs: the hold ends, and
+    a later refusal counts from one again instead of going on from the former streak."""
+
+    async def body() -> None:
+        obj, starts, served, _, refused = await _refusing(passes=1)
+        queue = obj.space.scheduler.due_queue
+        try:
+            assert len(starts) == 1 and served == []
+            held_until = queue.held_until(LANE)
+            assert held_until is not None and obj.alarm_at == held_until
+            # At the end of the hold the claim is refused once more, but its charge is written.
+            refused.left = 1
+            await obj.run_alarms(until=held_until)
+            assert refused.left == 0 and served == []
+            lane = queue.get(LANE)
+            assert lane is not None and lane.stalls == 1 and lane.due_at is not None
+            assert queue.held_until(LANE) is None and queue.holds == {}
+            # Refused for good again at its due time: held backoff(stalls + 1), not + 2.
+            refused.left = 2
+            await obj.run_alarms(until=lane.due_at)
+            assert refused.left == 0
+            again = queue.held_until(LANE)
+            assert again is not None
+            ceiling = CONFIG.alarm_backoff_base_ms << (lane.stalls + 1)
+            assert ceiling // 2 <= again - obj.clock.now_ms() <= ceiling
         finally:
             obj.close()
 

@@ -127,3 +127,44 @@ def test_an_abandoned_lane_handler_commits_no_progress_after_its_wave(rig: Rig) 
         assert rig.sched.due_queue.get(LANE) == charged
 
     asyncio.run(body())
+
+
+def test_a_wave_cancelled_from_outside_cancels_its_handler_and_keeps_it_until_it_ends(
+    rig: Rig,
+) -> None:
+    """The pass failing cancels the waves it started: the cancellation reaches the handler and
+    propagates as itself, and a handler that ignores it stays referenced until it ends."""
+    runner = LaneRunner(rig.storage, rig.sched.gate, rig.sched.due_queue, rig.clock, CONFIG,
+                        random.Random(5), log=rig.logs.append)
+    cancelled: list[int] = []
+
+    async def stubborn(now: int, deadline: int) -> int | None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.append(rig.clock.now_ms())
+            await rig.clock.sleep_until(rig.clock.now_ms() + DAY)
+        return None
+
+    runner.register(LANE, stubborn, dispatch_timeout_ms=1_000)
+
+    async def body() -> None:
+        rig.sched.gate.schedule(LANE, rig.clock.now_ms())
+        lane = rig.sched.due_queue.get(LANE)
+        assert lane is not None
+        wave = asyncio.ensure_future(runner.run_wave(lane))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        wave.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await wave
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert cancelled == [rig.clock.now_ms()]
+        assert runner.abandoned == 1
+        rig.clock.advance(DAY)
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert runner.abandoned == 0
+
+    asyncio.run(body())
