@@ -204,9 +204,27 @@ class Wave:
         schedule's next fire time: should the wave fail or overrun, neither its backoff nor a
         parking's hourly floor postpones the lane past ``at_ms`` (the lane stays parked and
         backs off from anything earlier). A wave that completes still names its own next
-        deadline. The last call wins.
+        deadline. The last call wins for the wave's end.
+
+        The claim's crash fallback is brought forward to ``at_ms`` at once, durably: in the
+        current transaction (call it in the one that fixed the deadline) or else in one of its
+        own. So a wave that never reaches its end, lost with the object or cancelled from
+        outside (a pass whose native work failed), leaves its lane due by then too. Raises
+        :class:`SchedulingError` once the wave has ended.
         """
-        self._due_by = int(at_ms)
+        if self._ended:
+            raise SchedulingError(
+                f"the wave of lane {self.lane_id!r} has ended: its deadline is no longer its own")
+        due_by = int(at_ms)
+
+        def bring_forward() -> None:
+            self._queue.bring_forward(self.lane_id, due_by)
+
+        if self._storage.in_transaction():
+            bring_forward()
+        else:
+            self._storage.transaction(bring_forward)
+        self._due_by = due_by
 
     def end(self) -> None:
         """The runner is done with the wave."""

@@ -20,9 +20,13 @@ lane that lost its deadline (idle, or later than the stored next fire) gets it b
 1. coalesces (:meth:`~threadline.schedules.EverySchedule.due`): the fire to run is the latest
    one in ``[N, now]``, however many were missed, and the next fire time the first after now.
    Both are committed as the row's ``pending_fire`` and ``next_fire`` BEFORE the function is
-   called (failpoint ``schedule:fire:recorded``), so a run lost with the object, or that
-   failed, runs the same fire again: ``ctx.fire_time`` and every default idempotency key of
-   ``ctx.submit`` come out the same, and the ledger admits each once;
+   called (failpoint ``schedule:fire:recorded``), with the lane held to that next fire
+   (:meth:`~threadline.maintenance.lanes.Wave.due_by`), so a run lost with the object, that
+   failed, or cancelled with its pass runs the same fire again, by the next fire at the
+   latest: ``ctx.fire_time`` and every default idempotency key of ``ctx.submit`` come out the
+   same, and the ledger admits each once. The function is thus run at least once per fire
+   (again after a loss between its return and its completion); its completion and its
+   submissions are exactly once;
 2. calls the function with a :class:`ScheduleContext` (``schedule:run:returned`` after);
 3. completes: a compare-and-set clearing ``pending_fire``, so a fire completes once, in the
    transaction that reports the wave's progress; the next fire is the first after the run
@@ -453,8 +457,6 @@ class ScheduleRunner:
         if fire is None:
             return taken.next_fire
         await self._failpoints.reached("schedule:fire:recorded")
-        # Should this run fail or overrun, its retries never postpone the next fire.
-        wave.due_by(taken.next_fire)
         ctx = ScheduleContext(
             schedule, fire, from_epoch_ms(now), from_epoch_ms(deadline),
             storage=self._storage, ledger=self._ledger, agents=self._agents, wave=wave,
@@ -502,6 +504,9 @@ class ScheduleRunner:
             # Woken before the next fire (a crash fallback, say): nothing to run, nothing stalls.
             wave.progress()
             return _Taken(None, next_fire)
+        # However this run ends (failed, overrun, lost with the object, cancelled with its
+        # pass), its retries never postpone the next fire: committed with the fire recorded.
+        wave.due_by(next_fire)
         return _Taken(pending, next_fire, superseded, row.failures)
 
     def _complete(self, schedule_id: str, fire: int, ended: int, following: int,
