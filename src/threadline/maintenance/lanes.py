@@ -3,6 +3,9 @@
 A lane's handler is ``async handler(now, deadline) -> next_due | None``: it does a bounded
 amount of work and returns when its lane is next due (None: idle). The runner
 
+* never starts a wave whose whole allowance no longer fits before the event deadline: the
+  lane stays due, uncharged, for the next event (a healthy wave is never cut short by the
+  event and charged for it);
 * claims the lane through the due queue first (compare-and-set, one attempt charged, the lane
   due again at the crash-fallback deadline should the object be lost mid-wave; after
   ``park_after_stalls`` claims without progress the lane is parked and reported once);
@@ -102,6 +105,9 @@ class WaveOutcome(StrEnum):
     FAILED = "failed"
     TIMED_OUT = "timed-out"
     UNHANDLED = "unhandled"
+    #: Its allowance no longer fitted before the event deadline: not started, not charged,
+    #: still due (the next event runs it).
+    DEFERRED = "deferred"
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,14 +363,38 @@ class LaneRunner:
             )
         return [lane_id for lane_id, _ in removed]
 
-    async def run_wave(self, lane: Lane, *, until: int | None = None) -> WaveResult:
+    def allowance_ms(self, lane_id: str) -> int | None:
+        """The allowance of one wave of ``lane_id`` (None: no handler): its dispatch timeout,
+        never more than a whole event (``event_deadline_ms``)."""
+        spec = self._lanes.get(lane_id)
+        if spec is None:
+            return None
+        return min(spec.dispatch_timeout_ms, self._config.event_deadline_ms)
+
+    def fits(self, lane_id: str, now: int, until: int | None) -> bool:
+        """Whether a wave of ``lane_id`` started at ``now`` ends, allowance and all, by
+        ``until`` (the event deadline; None: no bound). A lane without a handler fits: its
+        claim is charged at once, and nothing runs."""
+        allowance = self.allowance_ms(lane_id)
+        return until is None or allowance is None or now + allowance <= until
+
+    async def run_wave(
+        self, lane: Lane, *, until: int | None = None, selected_at: int | None = None
+    ) -> WaveResult:
         """Claim ``lane`` (a snapshot) and run one wave of it; see the module docstring.
 
-        ``until`` (epoch ms) caps the wave's deadline: the pass's own event deadline. It never
-        raises for the lane's own failure, storage's included: only the loss of the object, a
-        stop of the host, or a cancellation from outside leave it.
+        ``until`` (epoch ms) is the pass's own event deadline. A wave whose whole allowance
+        (see :meth:`allowance_ms`) no longer fits before it, counted from ``selected_at``
+        (when the pass chose the lane; default now), is not started: the lane stays due,
+        uncharged, for the next event (:attr:`WaveOutcome.DEFERRED`), so a healthy handler is
+        never cut short at the deadline and charged for it. A wave selected at the start of a
+        pass always fits; its deadline never passes ``until`` all the same. It never raises
+        for the lane's own failure, storage's included: only the loss of the object, a stop
+        of the host, or a cancellation from outside leave it.
         """
         now = self._clock.now_ms()
+        if not self.fits(lane.id, now if selected_at is None else selected_at, until):
+            return WaveResult(lane.id, WaveOutcome.DEFERRED)
         try:
             claimed = self._storage.transaction(lambda: self._queue.claim(lane, now))
         except ThreadlineError as exc:
@@ -379,8 +409,9 @@ class LaneRunner:
                 f"backing off (stalls={claimed.stalls}, state={claimed.state.value})"
             )
             return WaveResult(lane.id, WaveOutcome.UNHANDLED, claimed)
-        deadline = now + spec.dispatch_timeout_ms
+        deadline = now + min(spec.dispatch_timeout_ms, self._config.event_deadline_ms)
         if until is not None:
+            # Only ever the time between the pass's choice and now.
             deadline = min(deadline, until)
         wave = Wave(lane.id, self._storage, self._queue, self._clock, self._config)
         try:
@@ -458,7 +489,7 @@ class LaneRunner:
         async def admit() -> None:
             # Each slot takes the next lane as soon as its previous wave ended.
             for lane_id in pending:
-                if self._clock.now_ms() + self._lanes[lane_id].dispatch_timeout_ms > until:
+                if not self.fits(lane_id, self._clock.now_ms(), until):
                     continue
                 if durable:
                     self._set_after_native_cursor(lane_id)
