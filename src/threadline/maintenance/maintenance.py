@@ -328,12 +328,14 @@ class Maintenance:
 
     # -- start -------------------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, state: generation.MaintenanceState | None = None) -> None:
         """At start-up, after migrations: adopt the agent registry, ensure the alarm, report
-        parked lanes. O(1) rows: the ledger is never read here."""
+        parked lanes. O(1) rows: the ledger is never read here. ``state`` is the generation
+        record the caller read at start-up, if it did (it is read here otherwise)."""
         key = self._runtime.binding_registry_key
-        stored = generation.read_state(self._storage).binding_registry_key
-        self._bindings.reconcile(key, stored=stored)
+        if state is None:
+            state = generation.read_state(self._storage)
+        self._bindings.reconcile(key, stored=state.binding_registry_key)
         self._gate.ensure_alarm()
         self.report_parked()
 

@@ -47,7 +47,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
@@ -62,7 +62,7 @@ from threadline.storage.port import Row, Storage
 from threadline.threads import views
 from threadline.threads.agents import AgentRegistry
 from threadline.threads.ledger import Ledger
-from threadline.threads.model import MAX_ERROR_MESSAGE_CHARS, JsonValue
+from threadline.threads.model import MAX_ERROR_MESSAGE_CHARS, JsonValue, digest
 
 _logger = logging.getLogger("threadline.maintenance")
 
@@ -586,6 +586,23 @@ class ScheduleRunner:
         return out
 
 
+def lanes_key(schedules: Schedules, host_lanes: Iterable[str]) -> str:
+    """A stable digest of the declared schedules (id and spec) and host lane ids.
+
+    Start-up reads the schedules' and host lanes' rows only when it differs from the one
+    stored by the last start (see :meth:`ScheduleRunner.start`,
+    :meth:`~threadline.maintenance.lanes.LaneRunner.drop_removed`): independent of the
+    declaration order and of the functions, so only adding, removing or changing a schedule,
+    or adding or removing a host lane, changes it.
+    """
+    parts = ["threadline-lanes:v1"]
+    for item in sorted(schedules, key=lambda declared: declared.id):
+        parts.extend(("schedule", item.id, item.schedule.spec))
+    for lane_id in sorted(host_lanes):
+        parts.extend(("lane", lane_id))
+    return digest(*parts)
+
+
 def _state(row: ScheduleRow, lane: LaneState | None) -> str:
     """``parked`` (its lane is), ``retrying`` (its pending fire's run failed), ``running`` (a
     fire is recorded and its run has not failed) or ``scheduled`` (waiting for its next fire)."""
@@ -607,4 +624,5 @@ __all__ = [
     "ScheduleRow",
     "ScheduleRunner",
     "Schedules",
+    "lanes_key",
 ]
