@@ -37,8 +37,8 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from threadline.app import Application
-from threadline.clock import ManualClock, to_epoch_ms
-from threadline.errors import Conflict, Evicted, StorageError, ValidationFailed
+from threadline.clock import ManualClock
+from threadline.errors import Conflict, Evicted, StorageError
 from threadline.ids import RandomIds
 from threadline.maintenance import PassReport
 from threadline.scheduling import (
@@ -467,12 +467,7 @@ class SimulatedObject:
         delayed submission: a :class:`~threadline.threads.ScheduledSubmission` until the
         object's alarm admits it when it falls due (see :meth:`Ledger.admit`).
         """
-        due = not_before
-        if isinstance(due, datetime):
-            try:
-                due = to_epoch_ms(due)
-            except ValueError as exc:
-                raise ValidationFailed(f"not_before: {exc}", field="not_before") from None
+        due = delayed.due_of(not_before) if isinstance(not_before, datetime) else not_before
         return self.ledger.admit(thread, agent, input, key, not_before=due).submission
 
     def find(self, submission_id: str) -> Submission | ScheduledSubmission:
