@@ -147,11 +147,18 @@ class Wave:
     with :func:`current_wave` and reports its progress through it.
     """
 
-    __slots__ = ("_clock", "_config", "_due_by", "_ended", "_progressed", "_queue", "_storage",
-                 "lane_id")
+    __slots__ = ("_clock", "_config", "_due_by", "_ended", "_fallback", "_progressed", "_queue",
+                 "_storage", "lane_id")
 
     def __init__(
-        self, lane_id: str, storage: Storage, queue: DueQueue, clock: Clock, config: RuntimeConfig
+        self,
+        lane_id: str,
+        storage: Storage,
+        queue: DueQueue,
+        clock: Clock,
+        config: RuntimeConfig,
+        *,
+        claimed: Lane | None = None,
     ) -> None:
         #: The lane this wave serves.
         self.lane_id = lane_id
@@ -162,6 +169,10 @@ class Wave:
         self._progressed = False
         self._ended = False
         self._due_by: int | None = None
+        # The claim's crash fallback (due_at, not_before): nothing but this wave's own
+        # completion moves the lane later while it runs, so a deadline at or after both needs
+        # no write.
+        self._fallback = None if claimed is None else (claimed.due_at, claimed.not_before)
 
     @property
     def progressed(self) -> bool:
@@ -222,6 +233,11 @@ class Wave:
             raise SchedulingError(
                 f"the wave of lane {self.lane_id!r} has ended: its deadline is no longer its own")
         due_by = int(at_ms)
+        self._due_by = due_by
+        fallback = self._fallback
+        if (fallback is not None and fallback[0] is not None
+                and fallback[0] <= due_by and fallback[1] <= due_by):
+            return  # the claim already has the lane due by then
 
         def bring_forward() -> None:
             self._queue.bring_forward(self.lane_id, due_by)
@@ -230,7 +246,6 @@ class Wave:
             bring_forward()
         else:
             self._storage.transaction(bring_forward)
-        self._due_by = due_by
 
     def end(self) -> None:
         """The runner is done with the wave."""
@@ -413,7 +428,8 @@ class LaneRunner:
         if until is not None:
             # Only ever the time between the pass's choice and now.
             deadline = min(deadline, until)
-        wave = Wave(lane.id, self._storage, self._queue, self._clock, self._config)
+        wave = Wave(lane.id, self._storage, self._queue, self._clock, self._config,
+                    claimed=claimed)
         try:
             with _running(wave):
                 next_due = await self._bounded(spec.handler(now, deadline), deadline)
