@@ -110,10 +110,12 @@ class Application:
         Fires missed while the object could not run coalesce into one run of the latest;
         runs never overlap; a run that raises is retried with backoff until the next fire
         supersedes it, and parks (reported once) after ``park_after_stalls`` failed runs in
-        a row; each run is bounded by ``dispatch_timeout`` (1 ms to 300 s). Raises
-        :class:`~threadline.InvalidSchedule` at once, before ``fn`` is even given, for a
-        malformed or reserved id, an id a schedule or host lane already has, an interval or
-        an allowance out of bounds.
+        a row; each run is bounded by ``dispatch_timeout`` (1 ms to 300 s). ``fn`` runs at
+        least once per fire (the object lost after it returned, before its completion
+        committed, runs it again for the same fire): only the completion and
+        ``ctx.submit`` are exactly once. Raises :class:`~threadline.InvalidSchedule` at
+        once, before ``fn`` is even given, for a malformed or reserved id, an id a schedule
+        or host lane already has, an interval or an allowance out of bounds.
         """
         return self._declare(lambda: EverySchedule(id, interval), dispatch_timeout)
 

@@ -26,7 +26,7 @@ from threadline.maintenance.faults import (
 )
 from threadline.maintenance.host_lanes import epoch_ms, handler_for
 from threadline.maintenance.readout import MaintenanceReadout
-from threadline.maintenance.schedule_lanes import ScheduleRunner
+from threadline.maintenance.schedule_lanes import ScheduleRunner, lanes_key
 from threadline.scheduling import (
     DELAYED,
     RECOVERY_EVENTS,
@@ -34,6 +34,7 @@ from threadline.scheduling import (
     Scheduler,
     build_scheduler,
 )
+from threadline.scheduling import state as generation
 from threadline.storage.port import Storage
 from threadline.storage.schema import migrate, schema_version
 from threadline.threads.runtime import ThreadRuntime
@@ -118,17 +119,26 @@ class Space:
 
     async def start(self) -> None:
         """Before any event: bring the schema up to date, learn the alarm slot, start the
-        declared schedules (a row each), adopt this deployment's agent registry and make sure
-        owed work has an alarm (O(1) rows otherwise)."""
+        declared schedules and drop the host lanes a deploy removed (a row each, read only
+        when the declarations changed since the last start), adopt this deployment's agent
+        registry and make sure owed work has an alarm (O(1) rows otherwise)."""
         migrate(self.storage)
         self.schema_version = schema_version(self.storage)
         await self.storage.get_alarm()
-        # Schedules start (and those a deploy removed are dropped, lane and all) first, so
-        # their lanes are never mistaken for host lanes without a handler.
-        self.schedules.start()
-        # Host lanes a deploy removed would otherwise be claimed and parked forever.
-        self.lanes.drop_removed()
-        self.maintenance.start()
+        stored = generation.read_state(self.storage)
+        key = lanes_key(self.app.schedules, self.app.lanes.ids)
+        if stored.lanes_key != key:
+            # A deploy added, changed or removed a schedule or a host lane (or this is the
+            # first start): their rows are read once. Otherwise nothing of them is read, so
+            # an unchanged object starts in the same rows with one schedule or a hundred.
+            # Schedules start (and those a deploy removed are dropped, lane and all) first,
+            # so their lanes are never mistaken for host lanes without a handler.
+            self.schedules.start()
+            # Host lanes a deploy removed would otherwise be claimed and parked forever.
+            self.lanes.drop_removed()
+            # Recorded last: a start lost before it does both again (each is idempotent).
+            self.storage.transaction(lambda: generation.set_lanes_key(self.storage, key))
+        self.maintenance.start(stored)
 
     def wake_lane(
         self, lane_id: str, at: datetime | None = None, *, cursor: int | None = None

@@ -37,8 +37,8 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from threadline.app import Application
-from threadline.clock import ManualClock, to_epoch_ms
-from threadline.errors import Conflict, Evicted, StorageError, ValidationFailed
+from threadline.clock import ManualClock
+from threadline.errors import Conflict, Evicted, StorageError
 from threadline.ids import RandomIds
 from threadline.maintenance import PassReport
 from threadline.scheduling import (
@@ -75,6 +75,8 @@ DEFAULT_MAX_PASSES = 1_000
 
 # Event-loop turns without news before the clock moves, on a loop that hides its ready queue.
 _BLIND_IDLE_TURNS = 20
+#: What the alarm invariant checks of each schedule: its next fire and its pending one.
+_SCHEDULE_FIRES = "SELECT id, next_fire, pending_fire FROM tl_schedules ORDER BY id"
 _NO_DISK_SYNC = "PRAGMA synchronous = OFF"
 _SETTLED_RECORDS = "SELECT COUNT(*) AS n FROM tl_outbox WHERE record_id = ?"
 _SUBMISSIONS = "SELECT id FROM tl_submissions ORDER BY thread_id, seq"
@@ -465,12 +467,7 @@ class SimulatedObject:
         delayed submission: a :class:`~threadline.threads.ScheduledSubmission` until the
         object's alarm admits it when it falls due (see :meth:`Ledger.admit`).
         """
-        due = not_before
-        if isinstance(due, datetime):
-            try:
-                due = to_epoch_ms(due)
-            except ValueError as exc:
-                raise ValidationFailed(f"not_before: {exc}", field="not_before") from None
+        due = delayed.due_of(not_before) if isinstance(not_before, datetime) else not_before
         return self.ledger.admit(thread, agent, input, key, not_before=due).submission
 
     def find(self, submission_id: str) -> Submission | ScheduledSubmission:
@@ -544,7 +541,11 @@ def alarm_invariant_problem(
 
     The invariant, outside a running alarm handler: if any lane is due, the alarm slot is set
     no later than ``max(earliest due, now + min_delay)``; a generation not yet processed
-    has its native lane due; delayed submissions waiting have their lane due. ``holds`` are
+    has its native lane due; the delayed lane is due by the earliest delayed submission, and
+    each schedule's lane by its next fire time (and its pending fire, if one is recorded). A
+    lane whose waves were charged without progress may wait out its retry floor (a backoff
+    or a parking) past those times, except a schedule's next fire, which nothing postpones
+    once a fire is recorded. ``holds`` are
     the running incarnation's in-memory lane holds (:meth:`DueQueue.hold`, for a lane storage
     refuses to back off): a held lane's earliest due is the end of its hold.
     """
@@ -565,9 +566,47 @@ def alarm_invariant_problem(
             "but the native lane is idle"
         )
     waiting = delayed.next_due(storage)
-    lane = queue.get(DELAYED)
-    if waiting is not None and (lane is None or lane.due_at is None):
-        return f"a delayed submission falls due at {waiting} but the delayed lane is idle"
+    if waiting is not None:
+        problem = _lane_late(queue, DELAYED, waiting,
+                             f"a delayed submission falls due at {waiting}")
+        if problem is not None:
+            return problem
+    for row in storage.exec(_SCHEDULE_FIRES):
+        schedule_id, next_fire = str(row["id"]), int(row["next_fire"])
+        pending = row["pending_fire"]
+        if pending is None:
+            problem = _lane_late(queue, schedule_id, next_fire,
+                                 f"schedule {schedule_id!r} fires next at {next_fire}")
+        else:
+            # A recorded fire is retried (after its backoff), but never past the next fire.
+            problem = _lane_late(queue, schedule_id, int(pending),
+                                 f"schedule {schedule_id!r} has its fire of {pending} pending",
+                                 fixed=next_fire)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _lane_late(
+    queue: DueQueue, lane_id: str, due: int, what: str, *, fixed: int | None = None
+) -> str | None:
+    """Why ``lane_id`` is not due by ``due`` (and by ``fixed`` whatever its retries), or None.
+
+    A lane whose waves were charged without progress (``stalls``: one failed, overran or was
+    lost with the object) may wait out its retry floor (``not_before``: its backoff, or a
+    parking's hourly retry) past ``due``; a healthy one may not. A held lane (storage refused
+    to back it off) is not due before its hold ends anyway: only whether it is idle counts.
+    """
+    lane = queue.get(lane_id)
+    if lane is None or lane.due_at is None:
+        return f"{what} but lane {lane_id!r} is idle"
+    if queue.held_until(lane_id) is not None:
+        return None
+    bound = due if lane.stalls == 0 else max(due, lane.not_before)
+    if fixed is not None:
+        bound = min(bound, fixed)
+    if lane.due_at > bound:
+        return f"{what} but lane {lane_id!r} is due at {lane.due_at} (bound {bound}): {lane}"
     return None
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 from collections.abc import AsyncIterator
 from contextlib import suppress
 from typing import Any, ClassVar
@@ -24,9 +23,9 @@ from threadline.api.edge import TOKEN_SECRET
 from threadline.api.http import Request
 from threadline.api.http import Response as PlainResponse
 from threadline.app import Application
-from threadline.clock import from_epoch_ms
+from threadline.maintenance.host_lanes import wake_arguments
 from threadline.space import Space
-from threadline.storage.cloudflare import CloudflareStorage
+from threadline.storage.cloudflare import CloudflareStorage, is_js_null
 
 #: Headers that describe one hop's framing, not the response: never copied between hops.
 _HOP_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive"})
@@ -245,15 +244,20 @@ class ThreadObjectBase(DurableObject):
         self, lane_id: str, at_ms: float | None = None, cursor: int | None = None
     ) -> None:
         """RPC for the Worker: make the host lane ``lane_id`` due at ``at_ms`` (epoch ms; now
-        when None), with the cursor semantics of :meth:`Space.wake_lane`::
+        when null), with the cursor semantics of :meth:`Space.wake_lane`::
 
-            await env.THREADS.getByName(space).wake_lane("billing-sync", None, seq)
+            await env.THREADS.getByName(space).wake_lane("billing-sync", null, seq)
+
+        Arguments are checked by :func:`~threadline.maintenance.host_lanes.wake_arguments`:
+        a NaN or infinite time, or a cursor that is not an integer from 0 to ``2**53 - 1``,
+        is refused with a :class:`~threadline.SchedulingError`.
         """
-        # JavaScript's null and undefined arrive as None or as proxies: anything but a number
-        # is "not given".
-        at = from_epoch_ms(math.ceil(at_ms)) if isinstance(at_ms, (int, float)) else None
-        given = cursor if isinstance(cursor, int) and not isinstance(cursor, bool) else None
-        self.space.wake_lane(str(lane_id), at, cursor=given)
+        # JavaScript's undefined arrives as None, its null as pyodide's jsnull: both mean "not
+        # given". Anything else is checked, never taken for "not given".
+        checked_id, at, given = wake_arguments(
+            lane_id, None if is_js_null(at_ms) else at_ms,
+            None if is_js_null(cursor) else cursor)
+        self.space.wake_lane(checked_id, at, cursor=given)
 
     async def alarm(self, alarm_info: Any = None) -> None:
         """Run one maintenance pass; failures are handled inside with a durable backoff."""

@@ -38,8 +38,11 @@ OpenStateName = Literal[
 ]
 
 
+# ASCII digits only: ``\d`` alone takes any script's digits (fullwidth, Arabic-Indic...), and
+# int() reads them in the fraction.
 _RFC3339 = re.compile(
-    r"(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})"
+    r"(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})",
+    re.ASCII,
 )
 _DUE_FORMS = ("RFC 3339 with an offset ('2030-01-01T09:00:00Z', '2030-01-01T11:00:00+02:00')"
               " or epoch milliseconds")
@@ -62,6 +65,16 @@ def rfc3339_ms(text: str) -> int:
         raise ValueError(f"is not a valid date-time: {exc}") from None
     nanoseconds = int(fraction.ljust(9, "0")) if fraction else 0
     return to_epoch_ms(whole) + -(-nanoseconds // 1_000_000)
+
+
+def due_from_text(text: str) -> int:
+    """A due time given as RFC 3339 text (see :func:`rfc3339_ms`), in epoch milliseconds.
+
+    A time before 1970 is a time long past: like any past time it admits at once, so it is
+    taken as 0 (epoch milliseconds count from 1970 here). ``ValueError`` for anything that
+    is not such a date-time.
+    """
+    return max(0, rfc3339_ms(text))
 
 
 #: A due time as RFC 3339 text (checked by the model that holds it).
@@ -105,7 +118,8 @@ class SubmitRequest(_Request):
             "Delay the submission until this time: RFC 3339 with an offset, or epoch"
             " milliseconds. Until then it is `scheduled` and holds no place in the Thread's"
             " FIFO; when it falls due it takes its place behind whatever arrived meanwhile."
-            " A time in the past admits at once; one more than 366 days ahead is refused."
+            " A time in the past (before 1970 included) admits at once; one more than 366"
+            " days ahead is refused."
         ),
     )
 
@@ -117,7 +131,7 @@ class SubmitRequest(_Request):
         if value is None:
             return None
         if isinstance(value, str):
-            return rfc3339_ms(value)
+            return due_from_text(value)
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"must be {_DUE_FORMS}")
         if not 0 <= value <= MAX_SAFE_INTEGER:
@@ -128,7 +142,7 @@ class SubmitRequest(_Request):
     def due_ms(self) -> int | None:
         """``not_before`` in epoch milliseconds (None when not given)."""
         value = self.not_before
-        return rfc3339_ms(value) if isinstance(value, str) else value
+        return due_from_text(value) if isinstance(value, str) else value
 
 
 class AbortRequest(_Request):
@@ -607,5 +621,6 @@ __all__ = [
     "ThreadsQuery",
     "ViewStateName",
     "WaitView",
+    "due_from_text",
     "rfc3339_ms",
 ]

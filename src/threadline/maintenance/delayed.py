@@ -5,10 +5,13 @@ every submission due, in batches of :data:`ADMIT_BATCH`, each batch one transact
 into the FIFO, the native lane's enrollment, the generation, the alarm and the wave's
 progress). A batch reads the earliest rows of the due index, one more than it may admit: the
 first of them not due yet is when the lane is next due. So the wave that admits one due
-submission reads the same rows with ten or ten thousand others pending. A wave that
-admitted anything reported progress, so it never counts toward parking; one that reaches its
-deadline with submissions still due returns the current time, and the lane is due again at
-once (after the pass's minimum delay).
+submission reads the same rows with ten or ten thousand others pending. Each batch reports
+the wave's progress, whether it admitted anything or found nothing due (the earliest row was
+aborted after the lane took its due time): either way the wave did all there was to do, so
+only a batch that fails counts toward parking, and a lane whose deadlines keep vanishing
+never parks a live submission behind the hourly retry. A wave that reaches its deadline with
+submissions still due returns the current time, and the lane is due again at once (after the
+pass's minimum delay).
 
 The wave runs beside native work; the Attempts of what it admits run in the next pass (a
 pass dispatches what it found when it began, and what producers admit while its native work

@@ -25,8 +25,9 @@ handler's view (:class:`LaneContext`) and the adapter between the two clocks: ha
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Awaitable, Callable, Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from threadline.clock import from_epoch_ms, to_epoch_ms
 from threadline.errors import SchedulingError
@@ -197,6 +198,50 @@ def epoch_ms(at: object, *, what: str) -> int:
         raise SchedulingError(f"{what}: {exc}") from None
 
 
+#: The largest integer a JavaScript number holds exactly: the bound of an RPC cursor.
+MAX_RPC_CURSOR = 2**53 - 1
+#: The latest wake time an RPC may give (epoch ms): the last millisecond of year 9999.
+MAX_RPC_WAKE_MS = (datetime.max.replace(tzinfo=UTC) - from_epoch_ms(0)) // _MS
+
+
+def wake_arguments(
+    lane_id: object, at_ms: object, cursor: object
+) -> tuple[str, datetime | None, int | None]:
+    """The Worker's ``wake_lane(id, at_ms, cursor)`` RPC arguments, checked and converted
+    for :meth:`~threadline.space.Space.wake_lane`: the lane id, the wake time (None: now) and
+    the cursor (None: none).
+
+    They come from JavaScript, whose numbers are doubles: ``at_ms`` is None or a finite number
+    of epoch milliseconds from 0 to the end of year 9999 (a fraction rounded up); ``cursor``
+    is None or an integer from 0 to ``2**53 - 1`` (an integral double counts, as JavaScript
+    cannot tell ``5`` from ``5.0``). Anything else (NaN, an infinity, ``5.5`` as a cursor, a
+    cursor past ``2**53 - 1`` that JavaScript rounded, a bool, text) raises
+    :class:`~threadline.SchedulingError` naming the argument: a wake is never silently
+    made at another time or without its cursor. JavaScript's null and undefined are the
+    caller's to turn into None.
+    """
+    if not isinstance(lane_id, str):
+        raise SchedulingError(f"wake_lane: the lane id is a string, got {type(lane_id).__name__}")
+    at = None
+    if at_ms is not None:
+        if (isinstance(at_ms, bool) or not isinstance(at_ms, int | float)
+                or not math.isfinite(at_ms) or not 0 <= math.ceil(at_ms) <= MAX_RPC_WAKE_MS):
+            raise SchedulingError(
+                "wake_lane: at_ms is a finite number of epoch milliseconds from 0 to "
+                f"{MAX_RPC_WAKE_MS}, or null for now; got {at_ms!r}")
+        at = from_epoch_ms(math.ceil(at_ms))
+    checked = None
+    if cursor is not None:
+        if (isinstance(cursor, bool) or not isinstance(cursor, int | float)
+                or (isinstance(cursor, float) and not cursor.is_integer())
+                or not 0 <= cursor <= MAX_RPC_CURSOR):
+            raise SchedulingError(
+                f"wake_lane: the cursor is an integer from 0 to {MAX_RPC_CURSOR}, or null for "
+                f"none; got {cursor!r}")
+        checked = int(cursor)
+    return lane_id, at, checked
+
+
 def handler_for(lane: HostLane, storage: Storage) -> LaneHandler:
     """The lane runner's handler for ``lane``: builds its context, converts its deadline.
 
@@ -222,6 +267,8 @@ def handler_for(lane: HostLane, storage: Storage) -> LaneHandler:
 
 __all__ = [
     "DEFAULT_DISPATCH_TIMEOUT",
+    "MAX_RPC_CURSOR",
+    "MAX_RPC_WAKE_MS",
     "HostLane",
     "HostLanes",
     "LaneContext",
@@ -230,4 +277,5 @@ __all__ = [
     "allowance_ms",
     "epoch_ms",
     "handler_for",
+    "wake_arguments",
 ]

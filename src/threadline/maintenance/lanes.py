@@ -3,6 +3,9 @@
 A lane's handler is ``async handler(now, deadline) -> next_due | None``: it does a bounded
 amount of work and returns when its lane is next due (None: idle). The runner
 
+* never starts a wave whose whole allowance no longer fits before the event deadline: the
+  lane stays due, uncharged, for the next event (a healthy wave is never cut short by the
+  event and charged for it);
 * claims the lane through the due queue first (compare-and-set, one attempt charged, the lane
   due again at the crash-fallback deadline should the object be lost mid-wave; after
   ``park_after_stalls`` claims without progress the lane is parked and reported once);
@@ -102,6 +105,9 @@ class WaveOutcome(StrEnum):
     FAILED = "failed"
     TIMED_OUT = "timed-out"
     UNHANDLED = "unhandled"
+    #: Its allowance no longer fitted before the event deadline: not started, not charged,
+    #: still due (the next event runs it).
+    DEFERRED = "deferred"
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,11 +147,18 @@ class Wave:
     with :func:`current_wave` and reports its progress through it.
     """
 
-    __slots__ = ("_clock", "_config", "_due_by", "_ended", "_progressed", "_queue", "_storage",
-                 "lane_id")
+    __slots__ = ("_clock", "_config", "_due_by", "_ended", "_fallback", "_progressed", "_queue",
+                 "_storage", "lane_id")
 
     def __init__(
-        self, lane_id: str, storage: Storage, queue: DueQueue, clock: Clock, config: RuntimeConfig
+        self,
+        lane_id: str,
+        storage: Storage,
+        queue: DueQueue,
+        clock: Clock,
+        config: RuntimeConfig,
+        *,
+        claimed: Lane | None = None,
     ) -> None:
         #: The lane this wave serves.
         self.lane_id = lane_id
@@ -156,6 +169,10 @@ class Wave:
         self._progressed = False
         self._ended = False
         self._due_by: int | None = None
+        # The claim's crash fallback (due_at, not_before): nothing but this wave's own
+        # completion moves the lane later while it runs, so a deadline at or after both needs
+        # no write.
+        self._fallback = None if claimed is None else (claimed.due_at, claimed.not_before)
 
     @property
     def progressed(self) -> bool:
@@ -204,9 +221,31 @@ class Wave:
         schedule's next fire time: should the wave fail or overrun, neither its backoff nor a
         parking's hourly floor postpones the lane past ``at_ms`` (the lane stays parked and
         backs off from anything earlier). A wave that completes still names its own next
-        deadline. The last call wins.
+        deadline. The last call wins for the wave's end.
+
+        The claim's crash fallback is brought forward to ``at_ms`` at once, durably: in the
+        current transaction (call it in the one that fixed the deadline) or else in one of its
+        own. So a wave that never reaches its end, lost with the object or cancelled from
+        outside (a pass whose native work failed), leaves its lane due by then too. Raises
+        :class:`SchedulingError` once the wave has ended.
         """
-        self._due_by = int(at_ms)
+        if self._ended:
+            raise SchedulingError(
+                f"the wave of lane {self.lane_id!r} has ended: its deadline is no longer its own")
+        due_by = int(at_ms)
+        self._due_by = due_by
+        fallback = self._fallback
+        if (fallback is not None and fallback[0] is not None
+                and fallback[0] <= due_by and fallback[1] <= due_by):
+            return  # the claim already has the lane due by then
+
+        def bring_forward() -> None:
+            self._queue.bring_forward(self.lane_id, due_by)
+
+        if self._storage.in_transaction():
+            bring_forward()
+        else:
+            self._storage.transaction(bring_forward)
 
     def end(self) -> None:
         """The runner is done with the wave."""
@@ -339,14 +378,38 @@ class LaneRunner:
             )
         return [lane_id for lane_id, _ in removed]
 
-    async def run_wave(self, lane: Lane, *, until: int | None = None) -> WaveResult:
+    def allowance_ms(self, lane_id: str) -> int | None:
+        """The allowance of one wave of ``lane_id`` (None: no handler): its dispatch timeout,
+        never more than a whole event (``event_deadline_ms``)."""
+        spec = self._lanes.get(lane_id)
+        if spec is None:
+            return None
+        return min(spec.dispatch_timeout_ms, self._config.event_deadline_ms)
+
+    def fits(self, lane_id: str, now: int, until: int | None) -> bool:
+        """Whether a wave of ``lane_id`` started at ``now`` ends, allowance and all, by
+        ``until`` (the event deadline; None: no bound). A lane without a handler fits: its
+        claim is charged at once, and nothing runs."""
+        allowance = self.allowance_ms(lane_id)
+        return until is None or allowance is None or now + allowance <= until
+
+    async def run_wave(
+        self, lane: Lane, *, until: int | None = None, selected_at: int | None = None
+    ) -> WaveResult:
         """Claim ``lane`` (a snapshot) and run one wave of it; see the module docstring.
 
-        ``until`` (epoch ms) caps the wave's deadline: the pass's own event deadline. It never
-        raises for the lane's own failure, storage's included: only the loss of the object, a
-        stop of the host, or a cancellation from outside leave it.
+        ``until`` (epoch ms) is the pass's own event deadline. A wave whose whole allowance
+        (see :meth:`allowance_ms`) no longer fits before it, counted from ``selected_at``
+        (when the pass chose the lane; default now), is not started: the lane stays due,
+        uncharged, for the next event (:attr:`WaveOutcome.DEFERRED`), so a healthy handler is
+        never cut short at the deadline and charged for it. A wave selected at the start of a
+        pass always fits; its deadline never passes ``until`` all the same. It never raises
+        for the lane's own failure, storage's included: only the loss of the object, a stop
+        of the host, or a cancellation from outside leave it.
         """
         now = self._clock.now_ms()
+        if not self.fits(lane.id, now if selected_at is None else selected_at, until):
+            return WaveResult(lane.id, WaveOutcome.DEFERRED)
         try:
             claimed = self._storage.transaction(lambda: self._queue.claim(lane, now))
         except ThreadlineError as exc:
@@ -361,10 +424,12 @@ class LaneRunner:
                 f"backing off (stalls={claimed.stalls}, state={claimed.state.value})"
             )
             return WaveResult(lane.id, WaveOutcome.UNHANDLED, claimed)
-        deadline = now + spec.dispatch_timeout_ms
+        deadline = now + min(spec.dispatch_timeout_ms, self._config.event_deadline_ms)
         if until is not None:
+            # Only ever the time between the pass's choice and now.
             deadline = min(deadline, until)
-        wave = Wave(lane.id, self._storage, self._queue, self._clock, self._config)
+        wave = Wave(lane.id, self._storage, self._queue, self._clock, self._config,
+                    claimed=claimed)
         try:
             with _running(wave):
                 next_due = await self._bounded(spec.handler(now, deadline), deadline)
@@ -440,7 +505,7 @@ class LaneRunner:
         async def admit() -> None:
             # Each slot takes the next lane as soon as its previous wave ended.
             for lane_id in pending:
-                if self._clock.now_ms() + self._lanes[lane_id].dispatch_timeout_ms > until:
+                if not self.fits(lane_id, self._clock.now_ms(), until):
                     continue
                 if durable:
                     self._set_after_native_cursor(lane_id)

@@ -23,7 +23,9 @@ A pass
    decision arms the alarm for it, and the next pass serves it. Then, once every native
    Attempt has joined (even when native work failed: the failure is raised after them),
    each due ``after-native`` lane gets one wave, ``after_native_concurrency`` at a time,
-   rotated by ``last_after_native_lane`` (:meth:`LaneRunner.run_after_native`).
+   rotated by ``last_after_native_lane`` (:meth:`LaneRunner.run_after_native`). In every
+   round a wave whose whole allowance no longer fits before the event deadline is not
+   started: its lane stays due, uncharged, and the next event runs it from its start.
 4. **Deadlines** on the injected clock: no new Attempt after ``yield_after_ms``; at
    ``event_deadline_ms`` Attempts still running are cancelled and count as lost (their
    claims are this incarnation's, but no longer active, so the next recovery takes them at once).
@@ -326,12 +328,14 @@ class Maintenance:
 
     # -- start -------------------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, state: generation.MaintenanceState | None = None) -> None:
         """At start-up, after migrations: adopt the agent registry, ensure the alarm, report
-        parked lanes. O(1) rows: the ledger is never read here."""
+        parked lanes. O(1) rows: the ledger is never read here. ``state`` is the generation
+        record the caller read at start-up, if it did (it is read here otherwise)."""
         key = self._runtime.binding_registry_key
-        stored = generation.read_state(self._storage).binding_registry_key
-        self._bindings.reconcile(key, stored=stored)
+        if state is None:
+            state = generation.read_state(self._storage)
+        self._bindings.reconcile(key, stored=state.binding_registry_key)
         self._gate.ensure_alarm()
         self.report_parked()
 
@@ -404,7 +408,7 @@ class Maintenance:
         await self._fp.reached(BEGIN_AFTER)
 
         waves = [
-            asyncio.ensure_future(self._wave(lane, event_deadline, tally))
+            asyncio.ensure_future(self._wave(lane, event_deadline, tally, selected_at=started))
             for lane in self._lanes.due(due, started)
         ]
         scan = self._scan = _Scan(self)
@@ -499,9 +503,13 @@ class Maintenance:
             self._queue.checkpoint_native(observed.fallback)
         return due
 
-    async def _wave(self, lane: Lane, until: int, tally: _Tally) -> WaveResult:
+    async def _wave(
+        self, lane: Lane, until: int, tally: _Tally, *, selected_at: int | None = None
+    ) -> WaveResult:
+        # A wave woken late in the pass whose allowance no longer fits is not started (the
+        # lane stays due for the next event, uncharged): see LaneRunner.run_wave.
         tally.waves.add(lane.id)
-        result = await self._lanes.run_wave(lane, until=until)
+        result = await self._lanes.run_wave(lane, until=until, selected_at=selected_at)
         if result.newly_parked:
             tally.parked_lanes = True
         return result

@@ -20,9 +20,13 @@ lane that lost its deadline (idle, or later than the stored next fire) gets it b
 1. coalesces (:meth:`~threadline.schedules.EverySchedule.due`): the fire to run is the latest
    one in ``[N, now]``, however many were missed, and the next fire time the first after now.
    Both are committed as the row's ``pending_fire`` and ``next_fire`` BEFORE the function is
-   called (failpoint ``schedule:fire:recorded``), so a run lost with the object, or that
-   failed, runs the same fire again: ``ctx.fire_time`` and every default idempotency key of
-   ``ctx.submit`` come out the same, and the ledger admits each once;
+   called (failpoint ``schedule:fire:recorded``), with the lane held to that next fire
+   (:meth:`~threadline.maintenance.lanes.Wave.due_by`), so a run lost with the object, that
+   failed, or cancelled with its pass runs the same fire again, by the next fire at the
+   latest: ``ctx.fire_time`` and every default idempotency key of ``ctx.submit`` come out the
+   same, and the ledger admits each once. The function is thus run at least once per fire
+   (again after a loss between its return and its completion); its completion and its
+   submissions are exactly once;
 2. calls the function with a :class:`ScheduleContext` (``schedule:run:returned`` after);
 3. completes: a compare-and-set clearing ``pending_fire``, so a fire completes once, in the
    transaction that reports the wave's progress; the next fire is the first after the run
@@ -43,7 +47,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
@@ -58,7 +62,7 @@ from threadline.storage.port import Row, Storage
 from threadline.threads import views
 from threadline.threads.agents import AgentRegistry
 from threadline.threads.ledger import Ledger
-from threadline.threads.model import MAX_ERROR_MESSAGE_CHARS, JsonValue
+from threadline.threads.model import MAX_ERROR_MESSAGE_CHARS, JsonValue, digest
 
 _logger = logging.getLogger("threadline.maintenance")
 
@@ -453,8 +457,6 @@ class ScheduleRunner:
         if fire is None:
             return taken.next_fire
         await self._failpoints.reached("schedule:fire:recorded")
-        # Should this run fail or overrun, its retries never postpone the next fire.
-        wave.due_by(taken.next_fire)
         ctx = ScheduleContext(
             schedule, fire, from_epoch_ms(now), from_epoch_ms(deadline),
             storage=self._storage, ledger=self._ledger, agents=self._agents, wave=wave,
@@ -502,6 +504,9 @@ class ScheduleRunner:
             # Woken before the next fire (a crash fallback, say): nothing to run, nothing stalls.
             wave.progress()
             return _Taken(None, next_fire)
+        # However this run ends (failed, overrun, lost with the object, cancelled with its
+        # pass), its retries never postpone the next fire: committed with the fire recorded.
+        wave.due_by(next_fire)
         return _Taken(pending, next_fire, superseded, row.failures)
 
     def _complete(self, schedule_id: str, fire: int, ended: int, following: int,
@@ -581,6 +586,23 @@ class ScheduleRunner:
         return out
 
 
+def lanes_key(schedules: Schedules, host_lanes: Iterable[str]) -> str:
+    """A stable digest of the declared schedules (id and spec) and host lane ids.
+
+    Start-up reads the schedules' and host lanes' rows only when it differs from the one
+    stored by the last start (see :meth:`ScheduleRunner.start`,
+    :meth:`~threadline.maintenance.lanes.LaneRunner.drop_removed`): independent of the
+    declaration order and of the functions, so only adding, removing or changing a schedule,
+    or adding or removing a host lane, changes it.
+    """
+    parts = ["threadline-lanes:v1"]
+    for item in sorted(schedules, key=lambda declared: declared.id):
+        parts.extend(("schedule", item.id, item.schedule.spec))
+    for lane_id in sorted(host_lanes):
+        parts.extend(("lane", lane_id))
+    return digest(*parts)
+
+
 def _state(row: ScheduleRow, lane: LaneState | None) -> str:
     """``parked`` (its lane is), ``retrying`` (its pending fire's run failed), ``running`` (a
     fire is recorded and its run has not failed) or ``scheduled`` (waiting for its next fire)."""
@@ -602,4 +624,5 @@ __all__ = [
     "ScheduleRow",
     "ScheduleRunner",
     "Schedules",
+    "lanes_key",
 ]

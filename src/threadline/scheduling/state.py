@@ -23,7 +23,7 @@ MAX_RETRY_STALLS = 30
 _SELECT = """
 SELECT dirty, processed, nonterminal, last_served_thread, last_recovered_thread,
     last_after_native_lane, binding_registry_key, retry_generation, retry_not_before,
-    retry_native_only, retry_stalls, recovery_event_seq, recovery_event_ack
+    retry_native_only, retry_stalls, recovery_event_seq, recovery_event_ack, lanes_key
 FROM tl_maintenance WHERE id = 1
 """
 _ENSURE = """
@@ -83,6 +83,7 @@ _SET_REGISTRY_KEY = """
 UPDATE tl_maintenance SET binding_registry_key = ?
 WHERE id = 1 AND binding_registry_key IS NOT ?
 """
+_SET_LANES_KEY = "UPDATE tl_maintenance SET lanes_key = ? WHERE id = 1 AND lanes_key IS NOT ?"
 _APPEND_EVENTS = """
 UPDATE tl_maintenance SET recovery_event_seq = recovery_event_seq + ? WHERE id = 1
 """
@@ -120,6 +121,8 @@ class MaintenanceState:
     retry: NativeRetry | None
     recovery_event_seq: int
     recovery_event_ack: int
+    #: The digest of the schedules and host lanes the object last started with (None: never).
+    lanes_key: str | None = None
 
     @property
     def pending_retry(self) -> NativeRetry | None:
@@ -182,6 +185,7 @@ def read_state(storage: Storage) -> MaintenanceState:
         retry=retry,
         recovery_event_seq=int(row["recovery_event_seq"]),
         recovery_event_ack=int(row["recovery_event_ack"]),
+        lanes_key=row["lanes_key"],
     )
 
 
@@ -265,6 +269,12 @@ def set_binding_registry_key(storage: Storage, key: str) -> bool:
     return storage.exec(_SET_REGISTRY_KEY, key, key).changed == 1
 
 
+def set_lanes_key(storage: Storage, key: str) -> bool:
+    """Record the digest of the schedules and host lanes the object started with; True when
+    it changed (recording the same one again writes nothing)."""
+    return storage.exec(_SET_LANES_KEY, key, key).changed == 1
+
+
 def append_recovery_events(storage: Storage, count: int) -> int:
     """Reserve ``count`` recovery-event sequence numbers; return the last one."""
     if count < 0:
@@ -297,6 +307,7 @@ __all__ = [
     "read_state",
     "set_binding_registry_key",
     "set_cursor",
+    "set_lanes_key",
     "set_nonterminal",
     "set_retry",
 ]

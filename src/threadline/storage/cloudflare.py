@@ -61,15 +61,20 @@ def _jsnull() -> Any:
     return getattr(ffi, "jsnull", None)
 
 
-def _is_null(value: Any) -> bool:
+def is_js_null(value: Any) -> bool:
+    """Whether ``value`` is JavaScript's null or undefined as Python sees it: None, or
+    pyodide's ``jsnull`` (only None outside Pyodide)."""
     if value is None:
         return True
     null = _jsnull()
     return null is not None and value is null
 
 
+
+
+
 def _to_python(value: Any) -> Any:
-    if _is_null(value):
+    if is_js_null(value):
         return None
     if isinstance(value, int | float | str | bytes):
         return value
@@ -107,7 +112,7 @@ def _bind(value: SqlValue) -> Any:
 def _counter(cursor: Any, name: str) -> int:
     binding = getattr(cursor, "_binding", cursor)
     value = getattr(binding, name, 0)
-    return 0 if _is_null(value) else int(value)
+    return 0 if is_js_null(value) else int(value)
 
 
 class CloudflareStorage:
@@ -236,7 +241,7 @@ class CloudflareStorage:
             value = await self._storage.getAlarm()
         except Exception as exc:
             raise StorageError(f"getAlarm failed: {exc}") from exc
-        slot = None if _is_null(value) else int(value)
+        slot = None if is_js_null(value) else int(value)
         if self._alarm_writes == writes:
             self._alarm = slot
         return slot
@@ -249,4 +254,4 @@ class CloudflareStorage:
             raise StorageError(f"sync failed: {exc}") from exc
 
 
-__all__ = ["CloudflareStorage"]
+__all__ = ["CloudflareStorage", "is_js_null"]

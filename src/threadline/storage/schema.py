@@ -517,10 +517,19 @@ _DELAYED = (
         WHERE idempotency_key IS NOT NULL""",
 )
 
+# What the schedules and host lanes of the deployment that last started the object were: a
+# digest of each schedule's id and spec and each host lane's id. Start-up compares it with
+# its own and reads the schedules' and host lanes' rows only when they differ (a deploy that
+# added, changed or removed one), so an unchanged object starts in the same rows with one
+# schedule or a hundred.
+_LANES_KEY = (
+    "ALTER TABLE tl_maintenance ADD COLUMN lanes_key TEXT",
+)
+
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
 MIGRATIONS: list[tuple[str, ...]] = [
     _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS, _LEAN_SUBMISSIONS,
-    _LEAN_OUTBOX, _HELD_FOLLOWERS, _LOSSES, _SCHEDULES, _DELAYED,
+    _LEAN_OUTBOX, _HELD_FOLLOWERS, _LOSSES, _SCHEDULES, _DELAYED, _LANES_KEY,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -14,7 +14,9 @@ inside the caller's gate transaction.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
+from threadline.clock import to_epoch_ms
 from threadline.errors import ValidationFailed
 from threadline.storage.port import Row, Storage
 from threadline.threads.model import MAX_SLEEP_SECONDS, ScheduledSubmission, decode_json
@@ -89,11 +91,25 @@ def _delayed(row: Row) -> Delayed:
     )
 
 
+def due_of(at: datetime) -> int:
+    """An aware datetime as a due time in epoch milliseconds (a fraction rounded up).
+
+    A time before 1970 is a time long past: like any past time it admits at once, so it is
+    taken as 0 (due times count from 1970). Raises :class:`ValidationFailed` naming
+    ``not_before`` for a naive datetime (it names no instant) or anything else.
+    """
+    try:
+        return max(0, to_epoch_ms(at))
+    except (TypeError, ValueError) as exc:
+        raise ValidationFailed(f"not_before: {exc}", field="not_before") from None
+
+
 def check_due(not_before: object, now: int) -> int | None:
     """``not_before`` as a due time (epoch ms), or None for none.
 
     Refused with :class:`ValidationFailed` naming ``not_before``: anything but an int (a
-    bool included), a negative one, and one more than 366 days after ``now``
+    bool included), a negative one (epoch milliseconds count from 1970: a datetime before
+    it goes through :func:`due_of`), and one more than 366 days after ``now``
     (``MAX_SLEEP_SECONDS``). A time at or before ``now`` is accepted: it admits at once.
     """
     if not_before is None:
@@ -101,7 +117,8 @@ def check_due(not_before: object, now: int) -> int | None:
     if isinstance(not_before, bool) or not isinstance(not_before, int):
         raise ValidationFailed("not_before must be epoch milliseconds", field="not_before")
     if not_before < 0:
-        raise ValidationFailed("not_before must not be before 1970", field="not_before")
+        raise ValidationFailed("not_before in epoch milliseconds is 0 or more",
+                               field="not_before")
     if not_before - now > MAX_DELAY_MS:
         raise ValidationFailed(
             f"not_before is more than {MAX_SLEEP_SECONDS} seconds (366 days) ahead",
@@ -176,6 +193,7 @@ __all__ = [
     "Delayed",
     "by_key",
     "check_due",
+    "due_of",
     "due_then_next",
     "get",
     "insert",

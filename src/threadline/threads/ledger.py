@@ -300,6 +300,10 @@ class Ledger:
         lane's enrollment, the generation (naming the Threads) and the alarm, with ``also``
         (a lane wave's progress) inside it. One statement reads both answers from the due
         index: the rows due, and the first that is not (when the next one falls due).
+
+        ``also`` runs whether or not anything was admitted: a batch that finds nothing due
+        (its earliest row aborted since the lane took that deadline) has still done all
+        there was to do, and learnt when the lane is next due.
         """
 
         def write() -> DueAdmissions:
@@ -307,8 +311,8 @@ class Ledger:
             threads = [row.thread_id for row in due if admit_delayed(self.storage, row, now)]
             if threads:
                 self.gate.record_admission(threads)
-                if also is not None:
-                    also()
+            if also is not None:
+                also()
             # A full batch may leave some due: the next one's time is then now.
             return DueAdmissions(len(threads), more=len(due) == limit, next_due=next_due)
 

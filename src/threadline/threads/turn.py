@@ -474,13 +474,13 @@ class Turn:
         ``agent`` defaults to the target Thread's latest agent, else this submission's own;
         it must be registered in this deployment. ``not_before`` is an aware ``datetime``, or
         a ``timedelta`` from now (0 to 366 days): until then the submission is scheduled,
-        holding no place in its Thread's FIFO; a time at or before now admits at once, one
-        more than 366 days ahead is refused. ``key`` is its idempotency key in the target
-        Thread (default: derived from this submission's id and the call's position,
-        ``<submission id>:submit``, ``<submission id>:submit.2``...): a key the Thread already
-        holds with the same agent and input answers with that submission's id, one held with
-        other input is refused. A refusal raises ``ValidationFailed``, which fails the
-        Attempt for good.
+        holding no place in its Thread's FIFO; a time at or before now (before 1970
+        included) admits at once, one more than 366 days ahead is refused. ``key`` is its
+        idempotency key in the target Thread (default: derived from this submission's id and
+        the call's position, ``<submission id>:submit``, ``<submission id>:submit.2``...): a
+        key the Thread already holds with the same agent and input answers with that
+        submission's id, one held with other input is refused. A refusal raises
+        ``ValidationFailed``, which fails the Attempt for good.
         """
         name = self._key("submit")
         position = self._next_position()
@@ -686,10 +686,8 @@ def _due_ms(not_before: datetime | timedelta | None, now: int) -> int | None:
         return None
     if isinstance(not_before, timedelta):
         return now + _checked(lambda: sleep_ms(not_before))
-    try:
-        return to_epoch_ms(not_before)
-    except ValueError as exc:
-        raise ValidationFailed(f"not_before: {exc}", field="not_before") from None
+    # A time before 1970 is long past: it admits at once, like any past time.
+    return delayed.due_of(not_before)
 
 
 def check_kind(kind: object) -> str:

@@ -73,11 +73,13 @@ def test_a_wave_over_a_stale_snapshot_runs_nothing_and_names_its_lane(rig: Rig) 
     assert len(calls) == 1
 
 
-def _wave(rig: Rig, runner: LaneRunner, *, until: int | None = None) -> WaveResult:
+def _wave(
+    rig: Rig, runner: LaneRunner, *, until: int | None = None, selected_at: int | None = None
+) -> WaveResult:
     rig.sched.gate.schedule(LANE, rig.clock.now_ms())
     lane = rig.sched.due_queue.get(LANE)
     assert lane is not None
-    return asyncio.run(runner.run_wave(lane, until=until))
+    return asyncio.run(runner.run_wave(lane, until=until, selected_at=selected_at))
 
 
 def _charged(result: WaveResult, outcome: WaveOutcome) -> None:
@@ -119,7 +121,7 @@ def _hangs(clock: ManualClock) -> LaneHandler:
     return handler
 
 
-def test_until_caps_the_deadline_a_handler_is_given(rig: Rig) -> None:
+def test_a_wave_whose_allowance_no_longer_fits_before_until_is_not_started(rig: Rig) -> None:
     runner = _runner(rig)
     seen: list[int] = []
 
@@ -128,10 +130,17 @@ def test_until_caps_the_deadline_a_handler_is_given(rig: Rig) -> None:
         return None
 
     runner.register(LANE, handler, dispatch_timeout_ms=5_000)
-    _wave(rig, runner, until=rig.clock.now_ms() + 2_000)
+    deferred = _wave(rig, runner, until=rig.clock.now_ms() + 4_999)
+    assert (deferred.outcome, deferred.claimed) == (WaveOutcome.DEFERRED, None)
+    kept = rig.sched.due_queue.get(LANE)
+    assert kept is not None and kept.due_at == rig.clock.now_ms() and kept.stalls == 0
+    _wave(rig, runner, until=rig.clock.now_ms() + 5_000)
     _wave(rig, runner, until=rig.clock.now_ms() + 9_000)
     _wave(rig, runner)
-    assert seen == [2_000, 5_000, 5_000]
+    # Chosen when it still fitted (the pass's start): it runs, its deadline capped at until.
+    _wave(rig, runner, until=rig.clock.now_ms() + 2_000,
+          selected_at=rig.clock.now_ms() - 3_000)
+    assert seen == [5_000, 5_000, 5_000, 2_000]
 
 
 class _Holding:
