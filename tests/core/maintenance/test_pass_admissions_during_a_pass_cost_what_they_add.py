@@ -126,3 +126,34 @@ def test_a_decision_and_an_abort_during_a_pass_are_read_by_that_pass() -> None:
             assert reports[0].settled == 3
 
     asyncio.run(body())
+
+
+def test_input_after_an_advance_that_names_no_thread_is_read_by_that_pass() -> None:
+    # A producer that cannot tell which Threads it changed names none: the running pass then
+    # reads all open work again, and the input admitted after it runs in that same pass.
+    app = Application()
+    arrivals: list[Callable[[], None]] = []
+
+    @app.agent("echo")
+    async def echo(turn: Any) -> Any:
+        return {"echo": turn.input}
+
+    @app.agent("slow")
+    async def slow(turn: Any) -> Any:
+        while arrivals:
+            asyncio.get_running_loop().call_soon(arrivals.pop(), context=contextvars.Context())
+            await asyncio.sleep(0)
+        return "slow"
+
+    async def body() -> None:
+        async with SimulatedObject(app) as obj:
+            busy = obj.admit("busy", "slow", {})
+            late: list[Any] = []
+            arrivals.extend([lambda: late.append(obj.admit("late", "echo", {})),
+                             lambda: obj.runtime.gate.mutate(lambda: None)])
+            reports = await obj.run_alarms()
+            assert obj.submission(busy.id).outcome is Outcome.COMPLETED
+            assert obj.submission(late[0].id).outcome is Outcome.COMPLETED
+            assert reports[0].settled == 2
+
+    asyncio.run(body())

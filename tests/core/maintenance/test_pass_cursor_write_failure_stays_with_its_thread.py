@@ -110,3 +110,32 @@ def test_a_failed_cursor_write_fails_its_thread_not_the_pass(
         f" thread {named!r} is retried after a backoff"]
     assert not any("maintenance pass failed" in record.getMessage()
                    for record in caplog.records)
+
+
+def test_the_thread_a_refused_cursor_names_is_not_dispatched_before_its_fault_retry() -> None:
+    # One slot, two runnable Threads: the served cursor is stored before t-a is dispatched,
+    # and storage refuses it. t-a is left alone this time, under a fault that names the
+    # refusal; t-b is served; t-a runs only once its fault's retry comes.
+    async def run() -> None:
+        app = Application(RuntimeConfig(native_concurrency=1))
+
+        @app.agent("echo")
+        async def echo(turn: Turn) -> str:
+            return "echo"
+
+        async with SimulatedObject(app, check_alarm_invariant=True) as obj:
+            a = obj.admit("t-a", "echo", {})
+            b = obj.admit("t-b", "echo", {})
+            obj.fail_statements(SERVED_CURSOR, times=1)
+            started = obj.clock.now_ms()
+            await obj.run_alarms(until=started + fault_retry_delay_ms(0) - 1)
+            assert obj.submission(b.id).outcome is Outcome.COMPLETED
+            assert obj.submission(a.id).state is SubmissionState.QUEUED
+            (fault,) = obj.space.faults.all()
+            assert (fault.thread_id, fault.error_type, fault.recipients) == (
+                "t-a", "StorageError", (a.id,))
+            await obj.run_alarms()
+            assert obj.submission(a.id).outcome is Outcome.COMPLETED
+            assert obj.space.faults.all() == []
+
+    asyncio.run(run())

@@ -6,6 +6,7 @@ when the failure itself changes, and one ``cleared`` once the claim goes through
 from __future__ import annotations
 
 import asyncio
+import contextvars
 
 from threadline.app import Application
 from threadline.clock import ManualClock
@@ -115,3 +116,42 @@ def test_a_fault_whose_clear_is_lost_with_the_object_is_cleared_once_later() -> 
             assert obj.alarm_at is None
 
     asyncio.run(body())
+
+
+def test_a_lifted_fault_stays_lifted_when_the_pass_reads_all_open_work_again() -> None:
+    # t-x's fault is due: the pass recovers it (lifting the fault) and its head waits for the
+    # one slot, taken by t-a. A producer naming no Thread makes the pass read all open work
+    # again meanwhile; t-x is still not faulted for this pass, so it runs once the slot frees
+    # (instead of waiting for the next pass) and its fault is cleared.
+    async def run() -> None:
+        clock = ManualClock()
+        app = Application(RuntimeConfig(native_concurrency=1))
+        holder: list[SimulatedObject] = []
+
+        @app.agent("echo")
+        async def echo(turn: object) -> str:
+            return "echo"
+
+        @app.agent("slow")
+        async def slow(turn: object) -> str:
+            await clock.sleep_until(clock.now_ms() + 1_000)
+            asyncio.get_running_loop().call_soon(
+                lambda: holder[0].runtime.gate.mutate(lambda: None),
+                context=contextvars.Context())
+            await clock.sleep_until(clock.now_ms() + 1_000)
+            return "slow"
+
+        async with SimulatedObject(app, clock=clock, check_alarm_invariant=True) as obj:
+            holder.append(obj)
+            x = obj.admit("t-x", "echo", {})
+            fault = obj.space.faults.record("t-x", failure="earlier", error_type="E",
+                                            recipients=[x.id])
+            clock.set(fault.retry_at)
+            a = obj.admit("t-a", "slow", {})
+            reports = await obj.run_alarms()
+            assert obj.submission(a.id).outcome is Outcome.COMPLETED
+            assert obj.submission(x.id).outcome is Outcome.COMPLETED
+            assert reports[0].settled == 2
+            assert obj.space.faults.all() == []
+
+    asyncio.run(run())

@@ -209,3 +209,20 @@ def test_held_input_can_be_aborted_and_the_rest_stays_held() -> None:
         assert order == ["t:ask", "t:2"]
 
     asyncio.run(_waiting("ask", abort_one))
+
+
+def test_the_pass_that_holds_input_behind_a_suspended_head_no_longer_counts_it_open() -> None:
+    # The pass in which the head suspends holds the input behind it at its checkpoint: the
+    # figure it records already leaves out the Thread, as every later full scan does.
+    async def run() -> None:
+        async with SimulatedObject(app, check_alarm_invariant=True) as obj:
+            head = obj.admit("t", "ask", {})
+            queued = [obj.admit("t", "echo", n) for n in (1, 2)]
+            reports = await obj.run_alarms()
+            assert obj.submission(head.id).state is SubmissionState.SUSPENDED
+            assert [obj.submission(s.id).state for s in queued] == [SubmissionState.QUEUED] * 2
+            assert reports[-1].dispatched == 1
+            assert (reports[-1].nonterminal, read_state(obj.storage).nonterminal) == (0, 0)
+            assert obj.alarm_at is None
+
+    asyncio.run(run())
