@@ -37,34 +37,9 @@ def submission_location(space: str, thread: str, submission_id: str) -> str:
 def choose_agent(
     ctx: ApiContext, thread: str, named: str | None, idempotency_key: str | None = None
 ) -> str:
-    """The agent a submission runs: the one named, else the Thread's last, else the only one.
-
-    A replayed idempotency key keeps the agent of its first admission, so a replay that names
-    no agent (or the same one) is answered as a replay even if the Thread has moved on to
-    another agent, or this deployment no longer registers that one. Otherwise an agent this
-    deployment does not register is refused (422): admitting it would park the submission
-    until some deployment registers that name, which for a typo is never.
-    """
-    if idempotency_key is not None:
-        prior = views.keyed_agent(ctx.storage, thread, idempotency_key)
-        if prior is not None and named in (None, prior):
-            return prior
-    agent = named if named is not None else views.latest_agent(ctx.storage, thread)
-    registered = [binding.name for binding in ctx.agents]
-    if agent is None:
-        if len(registered) == 1:
-            return registered[0]
-        raise ValidationFailed(
-            "agent is required: this deployment registers "
-            + (", ".join(registered) if registered else "no agents"),
-            field="agent",
-        )
-    if agent not in ctx.agents:
-        raise ValidationFailed(
-            f"agent {agent!r} is not registered; registered: {', '.join(registered) or 'none'}",
-            field="agent",
-        )
-    return agent
+    """The agent a submission runs (:func:`threadline.threads.views.choose_agent`): a 422 on
+    ``agent`` when none can be chosen or the one named is not registered."""
+    return views.choose_agent(ctx.storage, ctx.agents, thread, named, idempotency_key)
 
 
 def owned(ctx: ApiContext, thread: str, submission_id: str) -> Submission | ScheduledSubmission:

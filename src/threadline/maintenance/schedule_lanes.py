@@ -53,7 +53,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 from threadline.clock import Clock, from_epoch_ms
-from threadline.errors import InvalidSchedule, SchedulingError, ThreadlineError, ValidationFailed
+from threadline.errors import InvalidSchedule, SchedulingError, ThreadlineError
 from threadline.maintenance.host_lanes import DEFAULT_DISPATCH_TIMEOUT, allowance_ms
 from threadline.maintenance.lanes import LaneHandler, Wave, current_wave
 from threadline.schedules import CronSchedule, EverySchedule, Schedule, fire_key
@@ -182,7 +182,7 @@ class ScheduleContext:
                 f"the run of schedule {self.schedule_id!r} has ended: it submits nothing more")
         if key is None:
             key = fire_key(self.schedule_id, self.fire_ms, ordinal)
-        chosen = _choose_agent(self._storage, self._agents, thread, agent, key)
+        chosen = views.choose_agent(self._storage, self._agents, thread, agent, key)
         return self._ledger.admit(thread, chosen, input, key).submission.id
 
     def __repr__(self) -> str:
@@ -192,31 +192,6 @@ class ScheduleContext:
 
 def _zone(schedule: Schedule) -> tzinfo:
     return schedule.zone if isinstance(schedule, CronSchedule) else UTC
-
-
-def _choose_agent(
-    storage: Storage, agents: AgentRegistry, thread: str, named: str | None, key: str
-) -> str:
-    """The API's rule (``api.submissions.choose_agent``): a replayed key keeps its agent."""
-    prior = views.keyed_agent(storage, thread, key)
-    if prior is not None and named in (None, prior):
-        return prior
-    agent = named if named is not None else views.latest_agent(storage, thread)
-    registered = [binding.name for binding in agents]
-    if agent is None:
-        if len(registered) == 1:
-            return registered[0]
-        raise ValidationFailed(
-            "agent is required: this deployment registers "
-            + (", ".join(registered) if registered else "no agents"),
-            field="agent",
-        )
-    if agent not in agents:
-        raise ValidationFailed(
-            f"agent {agent!r} is not registered; registered: {', '.join(registered) or 'none'}",
-            field="agent",
-        )
-    return agent
 
 
 @dataclass(frozen=True, slots=True)

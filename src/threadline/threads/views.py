@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from threadline.errors import ValidationFailed
 from threadline.storage.port import Row, Storage
 from threadline.threads import delayed
+from threadline.threads.agents import AgentRegistry
 from threadline.threads.ledger import work_item
 from threadline.threads.model import JsonValue, WorkItem, decode_json
 
@@ -50,6 +52,45 @@ _JOURNAL_OF = (
     "SELECT step_key, position, effect, state, attempt, started_at, finished_at"
     " FROM tl_journal WHERE submission_id = ? ORDER BY position, step_key"
 )
+
+
+def choose_agent(
+    storage: Storage,
+    agents: AgentRegistry,
+    thread: str,
+    named: str | None,
+    idempotency_key: str | None = None,
+) -> str:
+    """The agent a new submission to ``thread`` runs: the one named, else the Thread's last,
+    else the deployment's only one.
+
+    A replayed idempotency key keeps the agent of its first admission, so a replay that names
+    no agent (or the same one) is answered as a replay even if the Thread has moved on to
+    another agent, or this deployment no longer registers that one. Otherwise an agent this
+    deployment does not register is refused (:class:`ValidationFailed` on ``agent``):
+    admitting it would park the submission until some deployment registers that name, which
+    for a typo is never.
+    """
+    if idempotency_key is not None:
+        prior = keyed_agent(storage, thread, idempotency_key)
+        if prior is not None and named in (None, prior):
+            return prior
+    agent = named if named is not None else latest_agent(storage, thread)
+    registered = [binding.name for binding in agents]
+    if agent is None:
+        if len(registered) == 1:
+            return registered[0]
+        raise ValidationFailed(
+            "agent is required: this deployment registers "
+            + (", ".join(registered) if registered else "no agents"),
+            field="agent",
+        )
+    if agent not in agents:
+        raise ValidationFailed(
+            f"agent {agent!r} is not registered; registered: {', '.join(registered) or 'none'}",
+            field="agent",
+        )
+    return agent
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +212,7 @@ __all__ = [
     "JournalStep",
     "ThreadRecord",
     "WaitRecord",
+    "choose_agent",
     "journal_of",
     "keyed_agent",
     "latest_agent",
