@@ -403,3 +403,12 @@ def test_holds_on_lanes_not_due_leave_the_earliest_due_alone(queue: DueQueue) ->
     assert queue.next() == 10
     queue.hold("a.lane", 12)
     assert queue.next() == 12
+
+
+def test_a_held_lane_takes_no_place_of_a_due_one_within_the_limit(queue: DueQueue) -> None:
+    # The earliest due lane is held: the read reaches past it, so a limit of one still
+    # yields the next lane that is really due.
+    queue.enroll("a.lane", 10)
+    queue.enroll("b.lane", 20)
+    queue.hold("a.lane", 100)
+    assert [lane.id for lane in queue.due(30, limit=1)] == ["b.lane"]
