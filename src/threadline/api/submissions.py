@@ -34,14 +34,6 @@ def submission_location(space: str, thread: str, submission_id: str) -> str:
     return f"/v1/spaces/{space}/threads/{thread}/submissions/{submission_id}"
 
 
-def choose_agent(
-    ctx: ApiContext, thread: str, named: str | None, idempotency_key: str | None = None
-) -> str:
-    """The agent a submission runs (:func:`threadline.threads.views.choose_agent`): a 422 on
-    ``agent`` when none can be chosen or the one named is not registered."""
-    return views.choose_agent(ctx.storage, ctx.agents, thread, named, idempotency_key)
-
-
 def owned(ctx: ApiContext, thread: str, submission_id: str) -> Submission | ScheduledSubmission:
     """The submission (admitted or still scheduled) if it belongs to ``thread``; 404
     otherwise."""
@@ -66,7 +58,7 @@ async def submit(ctx: ApiContext, request: Request, params: dict[str, str]) -> R
     """``POST .../threads/{thread}/submissions``: 202 when admitted, 200 on an exact replay."""
     thread = params["thread"]
     body = read_body(request, SubmitRequest)
-    agent = choose_agent(ctx, thread, body.agent, body.idempotency_key)
+    agent = views.choose_agent(ctx.storage, ctx.agents, thread, body.agent, body.idempotency_key)
     admission = ctx.ledger.admit(thread, agent, body.input, body.idempotency_key,
                                  not_before=body.due_ms)
     view = submission_view(admission.submission)
@@ -130,7 +122,6 @@ __all__ = [
     "abort",
     "admitted",
     "approve",
-    "choose_agent",
     "get_submission",
     "owned",
     "resolve",

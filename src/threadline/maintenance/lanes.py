@@ -82,7 +82,6 @@ _HOST_LANE_ROWS = (
     "SELECT id, due_at FROM tl_lanes WHERE id < ?"
     " UNION ALL SELECT id, due_at FROM tl_lanes WHERE id >= ?"
 )
-_DROP_LANE = "DELETE FROM tl_lanes WHERE id = ?"
 #: The least id above every id with the reserved prefix.
 _AFTER_RESERVED = RESERVED_PREFIX[:-1] + chr(ord(RESERVED_PREFIX[-1]) + 1)
 
@@ -366,7 +365,7 @@ class LaneRunner:
             removed = [(str(row["id"]), row["due_at"]) for row in rows
                        if str(row["id"]) not in self._lanes]
             for lane_id, _ in removed:
-                self._storage.exec(_DROP_LANE, lane_id)
+                self._queue.drop(lane_id)
             return removed
 
         removed = self._storage.transaction(drop)
@@ -382,8 +381,9 @@ class LaneRunner:
         """The allowance of one wave of ``lane_id`` (None: no handler): its dispatch timeout,
         never more than a whole event (``event_deadline_ms``)."""
         spec = self._lanes.get(lane_id)
-        if spec is None:
-            return None
+        return None if spec is None else self._allowance(spec)
+
+    def _allowance(self, spec: LaneSpec) -> int:
         return min(spec.dispatch_timeout_ms, self._config.event_deadline_ms)
 
     def fits(self, lane_id: str, now: int, until: int | None) -> bool:
@@ -424,7 +424,7 @@ class LaneRunner:
                 f"backing off (stalls={claimed.stalls}, state={claimed.state.value})"
             )
             return WaveResult(lane.id, WaveOutcome.UNHANDLED, claimed)
-        deadline = now + min(spec.dispatch_timeout_ms, self._config.event_deadline_ms)
+        deadline = now + self._allowance(spec)
         if until is not None:
             # Only ever the time between the pass's choice and now.
             deadline = min(deadline, until)

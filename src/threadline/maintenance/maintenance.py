@@ -135,15 +135,19 @@ class _Observed:
     earliest: int | None = None
     #: The native lane's crash-fallback deadline set at the begin of an actionable pass.
     fallback: int | None = None
-    #: Whether the generation record held a native retry at the begin.
-    retry_recorded: bool = True
-    #: That retry (None: none was recorded); only it may end with the pass's success.
+    #: The native retry the generation record held at the begin (None: none); only it may end
+    #: with the pass's success.
     retry_found: NativeRetry | None = None
     #: Whether that retry no longer deferred owed native work at the begin (a success ends it).
     retry_stale: bool = False
     #: The gate's revision when the pass last knew the producers' commits (a failure that a
     #: producer raced backs nothing off).
     revision: int = 0
+
+    @property
+    def retry_recorded(self) -> bool:
+        """Whether the generation record held a native retry at the begin."""
+        return self.retry_found is not None
 
 
 @dataclass
@@ -203,10 +207,6 @@ class _Scan:
         """``now`` of the last full scan: a timer due at or before it was visited, a later
         one was not (None before the first scan)."""
         return self._scanned_at
-
-    def invalidate(self) -> None:
-        """Scan everything next time."""
-        self._full = True
 
     def changed(self, thread_id: str) -> None:
         """Read ``thread_id`` again next time."""
@@ -488,7 +488,6 @@ class Maintenance:
         native = next((lane for lane in due if lane.id == NATIVE), None)
         observed.generation = current.dirty
         observed.retry_found = current.retry
-        observed.retry_recorded = current.retry is not None
         observed.retry_stale = observed.retry_recorded and not current.retry_defers(now)
         observed.nonterminal = current.nonterminal
         observed.last_served = current.last_served_thread

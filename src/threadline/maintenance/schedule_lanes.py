@@ -86,7 +86,6 @@ ON CONFLICT (id) DO UPDATE SET spec = excluded.spec, next_fire = excluded.next_f
     pending_fire = NULL, failures = 0
 """
 _DROP = "DELETE FROM tl_schedules WHERE id = ?"
-_DROP_LANE = "DELETE FROM tl_lanes WHERE id = ?"
 # The fire to run, recorded before the function is called; fenced on the next fire time read.
 _RECORD = """
 UPDATE tl_schedules SET pending_fire = ?, next_fire = ?, failures = 0
@@ -227,8 +226,6 @@ class Schedules:
             raise InvalidSchedule(f"schedule {schedule.id!r} is already declared")
         try:
             return allowance_ms(f"schedule {schedule.id!r}", dispatch_timeout)
-        except InvalidSchedule:
-            raise
         except SchedulingError as exc:
             raise InvalidSchedule(exc.message) from None
 
@@ -365,7 +362,7 @@ class ScheduleRunner:
                 if item is None:
                     self._storage.exec(_DROP, schedule_id)
                     if schedule_id not in host_lanes:
-                        self._storage.exec(_DROP_LANE, schedule_id)
+                        self._queue.drop(schedule_id)
                     dropped.append((schedule_id, str(row["spec"])))
                     continue
                 if row["spec"] != item.schedule.spec:

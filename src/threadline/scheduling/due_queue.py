@@ -72,6 +72,7 @@ _SELECT_UNREPORTED = _SELECT_LANES + "WHERE state = 'parked' AND reported = 0 OR
 _REGISTER = "INSERT INTO tl_lanes (id) VALUES (?) ON CONFLICT (id) DO NOTHING"
 # Without progress the lane becomes due no later than it already was, and never earlier than
 # its retry floor; a parked lane stays parked.
+_DROP = "DELETE FROM tl_lanes WHERE id = ?"
 _ENROLL = """
 INSERT INTO tl_lanes (id, due_at, state, revision) VALUES (?, ?, 'due', 1)
 ON CONFLICT (id) DO UPDATE SET
@@ -435,6 +436,11 @@ class DueQueue:
         postponed.
         """
         return self._storage.exec(_DEFER, int(until), int(until)).changed
+
+    def drop(self, lane_id: str) -> bool:
+        """Delete the row of ``lane_id`` (a lane this deployment no longer declares); True when
+        there was one."""
+        return self._storage.exec(_DROP, lane_id).changed == 1
 
     def take_parked_reports(self) -> list[Lane]:
         """The parked lanes not reported yet, each marked reported so a parking is reported once.

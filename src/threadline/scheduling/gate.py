@@ -130,9 +130,7 @@ class MutationGate:
         that names too few loses work for that pass: name none when in doubt.
         """
         enrolled = self._lane_set(lanes, invalidates_recovery)
-        if isinstance(threads, str):
-            raise SchedulingError("threads must be an iterable of Thread ids, not one string")
-        named = None if threads is None else frozenset(threads)
+        named = None if threads is None else _thread_set(threads)
         self._failpoints.hit("maintenance:dirty:before")
 
         def body() -> T:
@@ -297,9 +295,7 @@ class MutationGate:
         """
         if not self._storage.in_transaction():
             raise SchedulingError("record_admission() must run inside the source transaction")
-        if isinstance(threads, str):
-            raise SchedulingError("threads must be an iterable of Thread ids, not one string")
-        named = frozenset(threads)
+        named = _thread_set(threads)
         now = self._clock.now_ms()
         self._queue.enroll(NATIVE, now, progress=True)
         state.bump_dirty(self._storage, clear_retry=True)
@@ -525,5 +521,12 @@ class MutationGate:
             if not waiter.done():
                 waiter.set_result(None)
 
+
+
+def _thread_set(threads: Iterable[str]) -> frozenset[str]:
+    """The Thread ids a producer names; one string is refused (it would name its letters)."""
+    if isinstance(threads, str):
+        raise SchedulingError("threads must be an iterable of Thread ids, not one string")
+    return frozenset(threads)
 
 __all__ = ["MutationGate"]

@@ -243,9 +243,10 @@ class Ledger:
             raise PayloadTooLarge(
                 f"input is larger than {self.config.max_body_bytes} bytes", field="input"
             )
-        due_at = delayed.check_due(not_before, self.clock.now_ms())
+        now = self.clock.now_ms()
+        due_at = delayed.check_due(not_before, now)
         # Decided once: the path chosen and the gate call that records it must agree.
-        later = due_at is not None and due_at > self.clock.now_ms()
+        later = due_at is not None and due_at > now
         input_digest = digest(agent, input_json)
         if idempotency_key is not None:
             # A replayed admission answers from indexed reads, without a gate transaction.
