@@ -11,6 +11,7 @@ from threadline.errors import InvalidSchedule, SchedulingError
 from threadline.maintenance.host_lanes import DEFAULT_DISPATCH_TIMEOUT, HostLanes, LaneFn
 from threadline.maintenance.schedule_lanes import ScheduleFn, Schedules
 from threadline.schedules import DEFAULT_TZ, CronSchedule, EverySchedule, Schedule
+from threadline.subscribers import Subscribers
 from threadline.threads.agents import AgentFn, AgentRegistry, binding_registry_key
 
 if TYPE_CHECKING:
@@ -40,6 +41,8 @@ class Application:
         self.lanes = HostLanes()
         #: The schedules declared with :meth:`every` and :meth:`cron`.
         self.schedules = Schedules()
+        #: The subscribers declared with :meth:`subscriber`, :meth:`webhook` and :meth:`queue`.
+        self.subscribers = Subscribers()
 
     def agent(self, name: str, *, version: str = "1") -> Callable[[AgentFn], AgentFn]:
         """Decorator registering an async ``fn(turn)`` as the agent ``name`` at ``version``."""

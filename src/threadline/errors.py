@@ -19,6 +19,7 @@ mapped to the most specific class here at one boundary, the storage adapter, and
     │   ├── Conflict                 409: idempotency key reused with other input, bad state
     │   └── PayloadTooLarge          413: body above the configured cap
     ├── BindingUnavailable           a submission names an agent this deployment does not register
+    ├── DeliveryRefused              a destination refused a batch for good; its subscriber parks
     └── AgentError                   raised by (or on behalf of) an agent's code
         ├── RetryableAgentError      the Attempt fails and is retried with backoff
         │   └── AttemptTimeout       the Attempt outran ``attempt_timeout_ms`` and was cancelled
@@ -51,6 +52,7 @@ class ErrorCode(StrEnum):
     CONFLICT = "conflict"
     PAYLOAD_TOO_LARGE = "payload-too-large"
     BINDING_UNAVAILABLE = "binding-unavailable"
+    DELIVERY_REFUSED = "delivery-refused"
     AGENT = "agent"
     AGENT_RETRYABLE = "agent-retryable"
     AGENT_NON_RETRYABLE = "agent-non-retryable"
@@ -185,6 +187,22 @@ class BindingUnavailable(ThreadlineError):
         self.agent = agent
 
 
+class DeliveryRefused(ThreadlineError):
+    """A subscriber's destination refused a batch for good (a webhook's 4xx other than 408/429).
+
+    Raised by a subscriber's delivery function to park the subscriber instead of retrying:
+    redelivering the same batch would be refused again. ``detail`` (the response's status and
+    the start of its body, say) is kept and shown in ``/maintenance`` until a deploy or an
+    operator unparks it. Any other exception a subscriber raises is retried with backoff.
+    """
+
+    code = ErrorCode.DELIVERY_REFUSED
+
+    def __init__(self, message: str, *, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail
+
+
 class AgentError(ThreadlineError):
     """Base for errors raised by or for agent code."""
 
@@ -230,6 +248,7 @@ __all__ = [
     "AttemptTimeout",
     "BindingUnavailable",
     "Conflict",
+    "DeliveryRefused",
     "ErrorCode",
     "Evicted",
     "InvalidSchedule",

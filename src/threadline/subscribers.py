@@ -1,0 +1,129 @@
+"""Subscriber declarations: who consumes a space's Thread logs, and how a batch reaches them.
+
+A subscriber is a durable cursor over the records of a space's Threads. The declaration here is
+pure data; the maintenance pass delivers (``threadline.maintenance.publication``). Built-in
+destinations (webhook, queue) and ``@app.subscriber`` functions share one shape: a
+:data:`Deliver` coroutine given a batch and a :class:`DeliveryContext`. It returns to deliver the
+batch, raises :class:`~threadline.DeliveryRefused` to park the subscriber, and raises anything
+else to have the batch retried with backoff.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Literal
+
+from threadline.errors import SchedulingError
+from threadline.outbound import HttpPort
+from threadline.records import Record
+
+#: A subscriber name: a letter, then up to 63 of ``[A-Za-z0-9_.-]``.
+NAME_PATTERN = r"[A-Za-z][A-Za-z0-9_.-]{0,63}"
+_NAME = re.compile(NAME_PATTERN)
+MAX_BATCH = 1_000
+MIN_DISPATCH_TIMEOUT = timedelta(milliseconds=1)
+MAX_DISPATCH_TIMEOUT = timedelta(seconds=300)
+DEFAULT_DISPATCH_TIMEOUT = timedelta(seconds=30)
+
+Start = Literal["beginning", "now"]
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryContext:
+    """What a delivery may use besides its batch.
+
+    ``env`` is the Worker's environment (secrets, bindings; None outside workerd), ``http`` the
+    outbound HTTP port, ``now_ms`` the injected clock's reading when the wave began.
+    """
+
+    space: str
+    subscriber: str
+    env: Any
+    http: HttpPort | None
+    now_ms: int
+
+
+Deliver = Callable[[list[Record], DeliveryContext], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriberSpec:
+    """One declared subscriber. Validated when built, so a bad declaration fails at import."""
+
+    name: str
+    deliver: Deliver
+    kinds: frozenset[str] | None = None
+    start: Start = "beginning"
+    version: int = 1
+    required: bool = False
+    batch: int = 100
+    dispatch_timeout: timedelta = DEFAULT_DISPATCH_TIMEOUT
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or _NAME.fullmatch(self.name) is None:
+            raise SchedulingError(f"subscriber name {self.name!r} must match {NAME_PATTERN}")
+        if self.start not in ("beginning", "now"):
+            raise SchedulingError(
+                f"subscriber {self.name!r}: start must be 'beginning' or 'now', not {self.start!r}"
+            )
+        if isinstance(self.version, bool) or not isinstance(self.version, int) or self.version < 1:
+            raise SchedulingError(f"subscriber {self.name!r}: version must be an int >= 1")
+        if isinstance(self.batch, bool) or not isinstance(self.batch, int) or not (
+            1 <= self.batch <= MAX_BATCH
+        ):
+            raise SchedulingError(f"subscriber {self.name!r}: batch must be 1..{MAX_BATCH}")
+        if not isinstance(self.dispatch_timeout, timedelta) or not (
+            MIN_DISPATCH_TIMEOUT <= self.dispatch_timeout <= MAX_DISPATCH_TIMEOUT
+        ):
+            raise SchedulingError(
+                f"subscriber {self.name!r}: dispatch_timeout must be a timedelta from 1 ms to 300 s"
+            )
+        if self.kinds is not None and not self.kinds:
+            raise SchedulingError(f"subscriber {self.name!r}: kinds is empty; use None for all")
+
+    @property
+    def dispatch_timeout_ms(self) -> int:
+        """The allowance of one delivery, in whole milliseconds."""
+        return int(self.dispatch_timeout / timedelta(milliseconds=1))
+
+    def wants(self, kind: str) -> bool:
+        """Whether a record of ``kind`` goes to this subscriber."""
+        return self.kinds is None or kind in self.kinds
+
+
+class Subscribers:
+    """The subscribers an :class:`~threadline.Application` declares, in declaration order."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, SubscriberSpec] = {}
+
+    def add(self, spec: SubscriberSpec) -> SubscriberSpec:
+        """Declare ``spec``; a name declared twice is refused."""
+        if spec.name in self._specs:
+            raise SchedulingError(f"subscriber {spec.name!r} is already declared")
+        self._specs[spec.name] = spec
+        return spec
+
+    def get(self, name: str) -> SubscriberSpec | None:
+        """The subscriber called ``name``, if declared."""
+        return self._specs.get(name)
+
+    def __iter__(self) -> Iterator[SubscriberSpec]:
+        return iter(self._specs.values())
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+
+__all__ = [
+    "DEFAULT_DISPATCH_TIMEOUT",
+    "NAME_PATTERN",
+    "Deliver",
+    "DeliveryContext",
+    "Start",
+    "SubscriberSpec",
+    "Subscribers",
+]
