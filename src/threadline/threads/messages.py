@@ -45,9 +45,16 @@ _INSERT = (
 # first two rows of the index; otherwise a second read takes a batch due and the next one.
 _PENDING = _SELECT + " INDEXED BY tl_messages_pending WHERE state = 'pending'"
 _FIRST_TWO = _PENDING + " ORDER BY next_attempt_at LIMIT 2"
-_DUE = _PENDING + " AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ?"
-_AFTER = _PENDING + " AND next_attempt_at > ? ORDER BY next_attempt_at LIMIT 1"
-_DUE_THEN_NEXT = "SELECT * FROM (" + _DUE + ") UNION ALL SELECT * FROM (" + _AFTER + ")"
+_DUE_THEN_NEXT = (
+    "SELECT * FROM (SELECT id, from_thread, from_submission, to_space, to_thread, agent,"
+    " input_json, state, attempts, next_attempt_at, last_error, admitted_as, created_at,"
+    " delivered_at, failed_at FROM tl_messages INDEXED BY tl_messages_pending"
+    " WHERE state = 'pending' AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ?)"
+    " UNION ALL SELECT * FROM (SELECT id, from_thread, from_submission, to_space, to_thread,"
+    " agent, input_json, state, attempts, next_attempt_at, last_error, admitted_as, created_at,"
+    " delivered_at, failed_at FROM tl_messages INDEXED BY tl_messages_pending"
+    " WHERE state = 'pending' AND next_attempt_at > ? ORDER BY next_attempt_at LIMIT 1)"
+)
 _NEXT_DUE = (
     "SELECT next_attempt_at FROM tl_messages INDEXED BY tl_messages_pending"
     " WHERE state = 'pending' ORDER BY next_attempt_at LIMIT 1"
