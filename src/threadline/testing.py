@@ -765,32 +765,45 @@ class SimulatedDeployment:
         :class:`QuiescenceError` after ``max_passes`` passes (all spaces together) when an
         alarm is still due.
         """
-        await self.start()
         completed: list[PassReport] = []
         passes = 0
         while True:
-            # Made by a delivery during the last pass: started before its alarm is read.
-            await self.start()
-            slots = [(obj.alarm_at, name) for name, obj in self.objects.items()
-                     if obj.alarm_at is not None]
-            if not slots:
+            due = await self._earliest()
+            if due is None or (until is not None and due[0] > until):
                 break
-            slot, name = min((int(at), name) for at, name in slots)
-            if until is not None and slot > until:
-                break
-            obj = self.objects[name]
             if passes >= max_passes:
-                raise QuiescenceError(f"space {name!r}: " + obj._not_quiescent(max_passes, slot))
+                slot, name = due
+                raise QuiescenceError(
+                    f"space {name!r}: " + self.objects[name]._not_quiescent(max_passes, slot))
             passes += 1
-            if slot > self.clock.now_ms():
-                self.clock.set(slot)
-            obj.storage.take_due_alarm(self.clock.now_ms())
-            report = await obj._fire()
+            report = await self._fire(*due)
             if report is not None:
                 completed.append(report)
         if until is not None and until > self.clock.now_ms():
             self.clock.set(until)
         return completed
+
+    async def fire_next(self) -> tuple[str, PassReport | None] | None:
+        """Fire the earliest alarm of any space (the clock jumps to it): that space and its
+        pass's report (None when the object was lost in it); None when no alarm is set."""
+        due = await self._earliest()
+        if due is None:
+            return None
+        return due[1], await self._fire(*due)
+
+    async def _earliest(self) -> tuple[int, str] | None:
+        # A space made by a delivery during the last pass is started before its alarm is read.
+        await self.start()
+        slots = [(int(obj.alarm_at), name) for name, obj in self.objects.items()
+                 if obj.alarm_at is not None]
+        return min(slots) if slots else None
+
+    async def _fire(self, slot: int, name: str) -> PassReport | None:
+        obj = self.objects[name]
+        if slot > self.clock.now_ms():
+            self.clock.set(slot)
+        obj.storage.take_due_alarm(self.clock.now_ms())
+        return await obj._fire()
 
     def crash_at(self, space: str, location: str, occurrence: int = 1) -> Crash:
         """Lose the object of ``space`` at the ``occurrence``-th arrival at failpoint

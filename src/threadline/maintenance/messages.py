@@ -8,12 +8,13 @@ none is pending, so the lane goes idle and arms no alarm).
   as delivered (and the wave's progress): it is admitted exactly once, and a loss of the
   object before that commit leaves it pending, admitted nowhere.
 * **Into another space** it goes through the :class:`~threadline.messages.MessageRouter`.
-  One delivery attempt is charged first, durably (the message is due again after a backoff
-  should the call hang or the object be lost), then the router is called, bounded by
-  ``call_timeout_ms``. The target admits it idempotently by message id, so a delivery repeated
+  One delivery attempt is charged first, durably (should the call hang or the object be
+  lost, the message is due again once the call's bound and a backoff have passed), then the
+  router is called, bounded by ``call_timeout_ms``. The target admits it idempotently by message id, so a delivery repeated
   after a loss between its answer and the recording of that answer finds the submission the
   first one made. A call that raises or times out is transient: the message waits out its
-  backoff (``alarm_backoff_base_ms * 2**attempts``, jittered, capped) and goes again.
+  backoff from then (``alarm_backoff_base_ms * 2**attempts``, jittered over its upper half,
+  capped at ``alarm_backoff_cap_ms``) and goes again.
 * **Refused for good** (an agent the target does not register, input it refuses), a message
   is marked ``failed`` with the reason, and a ``message.failed`` record is appended to the
   sender's Thread log in the same transaction.
@@ -160,8 +161,11 @@ class MessageDelivery:
 
     async def _call(self, message: Message, at: int) -> None:
         assert self._router is not None
-        retry_at = at + backoff_ms(message.attempts, self._config, self._rng)
-        if not self._storage.transaction(lambda: rows.claim(self._storage, message, retry_at)):
+        backoff = backoff_ms(message.attempts, self._config, self._rng)
+        # Should the call outlive its bound or the object be lost during it, the message is
+        # due again once the call would have ended and the backoff has passed.
+        fallback = at + self._call_timeout_ms + backoff
+        if not self._storage.transaction(lambda: rows.claim(self._storage, message, fallback)):
             return  # changed since it was read: the next batch reads it again
         envelope = MessageEnvelope(
             message_id=message.id, from_space=self._space, from_thread=message.from_thread,
@@ -171,13 +175,15 @@ class MessageDelivery:
         try:
             verdict = await self._bounded(self._router.deliver(envelope),
                                           at + self._call_timeout_ms)
-        except Exception as exc:  # transient: the claim already set its retry
+        except Exception as exc:  # transient: retried after the backoff
             cause = "TimedOut" if isinstance(exc, _CallTimedOut) else type(exc).__name__
+            retry_at = self._clock.now_ms() + backoff
             self._log(
                 f"threadline: message {message.id!r} to space {message.to_space!r} not "
                 f"delivered ({cause}); retried at {retry_at} (attempt {message.attempts + 1})"
             )
-            self._storage.transaction(lambda: rows.note_error(self._storage, message.id, cause))
+            self._storage.transaction(
+                lambda: rows.note_failure(self._storage, message.id, cause, retry_at))
             return
         await self._failpoints.reached(ANSWERED)
         if isinstance(verdict, Accepted):

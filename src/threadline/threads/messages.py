@@ -66,7 +66,9 @@ _CLAIM = (
     "UPDATE tl_messages SET attempts = attempts + 1, next_attempt_at = ?"
     " WHERE id = ? AND state = 'pending' AND attempts = ?"
 )
-_NOTE_ERROR = "UPDATE tl_messages SET last_error = ? WHERE id = ? AND state = 'pending'"
+_NOTE_FAILURE = (
+    "UPDATE tl_messages SET last_error = ?, next_attempt_at = ? WHERE id = ? AND state = 'pending'"
+)
 _DELIVERED = (
     "UPDATE tl_messages SET state = 'delivered', next_attempt_at = NULL, admitted_as = ?,"
     " delivered_at = ? WHERE id = ? AND state = 'pending'"
@@ -178,9 +180,9 @@ def claim(storage: Storage, message: Message, retry_at: int) -> bool:
     return storage.exec(_CLAIM, retry_at, message.id, message.attempts).changed == 1
 
 
-def note_error(storage: Storage, message_id: str, error: str) -> None:
-    """Keep the latest transient failure of a pending message (its retry is already set)."""
-    storage.exec(_NOTE_ERROR, _cut(error), message_id)
+def note_failure(storage: Storage, message_id: str, error: str, retry_at: int) -> None:
+    """Keep the latest transient failure of a pending message, and when it goes again."""
+    storage.exec(_NOTE_FAILURE, _cut(error), retry_at, message_id)
 
 
 def mark_delivered(storage: Storage, message_id: str, submission_id: str, now: int) -> bool:
@@ -314,7 +316,7 @@ __all__ = [
     "mark_failed",
     "message_exists",
     "next_due",
-    "note_error",
+    "note_failure",
     "of_submission",
     "refusal",
 ]
