@@ -10,9 +10,9 @@ none is pending, so the lane goes idle and arms no alarm).
 * **Into another space** it goes through the :class:`~threadline.messages.MessageRouter`.
   One delivery attempt is charged first, durably (should the call hang or the object be
   lost, the message is due again once the call's bound and a backoff have passed), then the
-  router is called, bounded by ``call_timeout_ms``. The target admits it idempotently by message id, so a delivery repeated
-  after a loss between its answer and the recording of that answer finds the submission the
-  first one made. A call that raises or times out is transient: the message waits out its
+  router is called, bounded by ``call_timeout_ms``. The target admits it idempotently by
+  message id, so a delivery repeated after a loss between its answer and the recording of
+  that answer finds the submission the first one made. A call that raises or times out is transient: the message waits out its
   backoff from then (``alarm_backoff_base_ms * 2**attempts``, jittered over its upper half,
   capped at ``alarm_backoff_cap_ms``) and goes again.
 * **Refused for good** (an agent the target does not register, input it refuses), a message
