@@ -12,9 +12,10 @@ none is pending, so the lane goes idle and arms no alarm).
   lost, the message is due again once the call's bound and a backoff have passed), then the
   router is called, bounded by ``call_timeout_ms``. The target admits it idempotently by
   message id, so a delivery repeated after a loss between its answer and the recording of
-  that answer finds the submission the first one made. A call that raises or times out is transient: the message waits out its
-  backoff from then (``alarm_backoff_base_ms * 2**attempts``, jittered over its upper half,
-  capped at ``alarm_backoff_cap_ms``) and goes again.
+  that answer finds the submission the first one made. A call that raises or times out is
+  transient: the message waits out its backoff from then (``alarm_backoff_base_ms *
+  2**attempts``, jittered over its upper half, capped at ``alarm_backoff_cap_ms``) and goes
+  again.
 * **Refused for good** (an agent the target does not register, input it refuses), a message
   is marked ``failed`` with the reason, and a ``message.failed`` record is appended to the
   sender's Thread log in the same transaction.
