@@ -587,7 +587,10 @@ def alarm_invariant_problem(
             return problem
     message_due = message_rows.next_due(storage)
     if message_due is not None:
-        problem = _lane_late(queue, MESSAGES, message_due, f"a message is due at {message_due}")
+        # A wave that delivered some messages and was lost before the rest leaves its lane due
+        # at the crash fallback its progress set (within the backoff base of that progress).
+        problem = _lane_late(queue, MESSAGES, message_due, f"a message is due at {message_due}",
+                             lost_wave=now + app.config.alarm_backoff_base_ms)
         if problem is not None:
             return problem
     for row in storage.exec(_SCHEDULE_FIRES):
@@ -607,7 +610,13 @@ def alarm_invariant_problem(
 
 
 def _lane_late(
-    queue: DueQueue, lane_id: str, due: int, what: str, *, fixed: int | None = None
+    queue: DueQueue,
+    lane_id: str,
+    due: int,
+    what: str,
+    *,
+    fixed: int | None = None,
+    lost_wave: int | None = None,
 ) -> str | None:
     """Why ``lane_id`` is not due by ``due`` (and by ``fixed`` whatever its retries), or None.
 
@@ -615,6 +624,8 @@ def _lane_late(
     lost with the object) may wait out its retry floor (``not_before``: its backoff, or a
     parking's hourly retry) past ``due``; a healthy one may not. A held lane (storage refused
     to back it off) is not due before its hold ends anyway: only whether it is idle counts.
+    ``lost_wave`` bounds the crash fallback of a wave that progressed before it was lost: a
+    lane due by then is not late (its progress replenished it, so it shows no stall).
     """
     lane = queue.get(lane_id)
     if lane is None or lane.due_at is None:
@@ -622,6 +633,8 @@ def _lane_late(
     if queue.held_until(lane_id) is not None:
         return None
     bound = due if lane.stalls == 0 else max(due, lane.not_before)
+    if lost_wave is not None:
+        bound = max(bound, lost_wave)
     if fixed is not None:
         bound = min(bound, fixed)
     if lane.due_at > bound:
