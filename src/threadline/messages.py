@@ -14,6 +14,7 @@ register, input it refuses); anything it raises is transient and retried with ba
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -62,4 +63,33 @@ class MessageRouter(Protocol):
     async def deliver(self, envelope: MessageEnvelope) -> Verdict: ...
 
 
-__all__ = ["Accepted", "MessageEnvelope", "MessageRouter", "Refused", "Verdict"]
+def verdict_to_json(verdict: Verdict) -> str:
+    """A verdict as the JSON text a target's object returns over RPC."""
+    if isinstance(verdict, Accepted):
+        return json.dumps({"accepted": True, "submission_id": verdict.submission_id})
+    return json.dumps({"accepted": False, "reason": verdict.reason})
+
+
+def verdict_from_json(text: object) -> Verdict:
+    """The verdict in a target's RPC answer; raises ``ValueError`` for anything else (an
+    answer the sender cannot read is no verdict: the delivery is retried)."""
+    if not isinstance(text, str):
+        raise ValueError(f"a message verdict is JSON text, got {type(text).__name__}")
+    answer = json.loads(text)
+    if isinstance(answer, dict):
+        if answer.get("accepted") is True and isinstance(answer.get("submission_id"), str):
+            return Accepted(answer["submission_id"])
+        if answer.get("accepted") is False and isinstance(answer.get("reason"), str):
+            return Refused(answer["reason"])
+    raise ValueError(f"not a message verdict: {text[:200]!r}")
+
+
+__all__ = [
+    "Accepted",
+    "MessageEnvelope",
+    "MessageRouter",
+    "Refused",
+    "Verdict",
+    "verdict_from_json",
+    "verdict_to_json",
+]

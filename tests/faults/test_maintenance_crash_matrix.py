@@ -58,10 +58,10 @@ import pytest
 
 from threadline import Application, LaneContext, ManualClock, RuntimeConfig, ScheduleContext
 from threadline.errors import Evicted
+from threadline.records import MESSAGE_FAILED
 from threadline.schedules import fire_key
 from threadline.scheduling import FAILPOINT_LOCATIONS, read_state
 from threadline.scheduling.due_queue import DueQueue
-from threadline.records import MESSAGE_FAILED
 from threadline.testing import (
     Effects,
     SimulatedDeployment,
@@ -69,9 +69,15 @@ from threadline.testing import (
     StatementFailure,
     is_eviction,
 )
-from threadline.threads import Outcome, ScheduledSubmission, SubmissionState, Turn, transitions
+from threadline.threads import (
+    Outcome,
+    ScheduledSubmission,
+    SubmissionState,
+    Turn,
+    outbox,
+    transitions,
+)
 from threadline.threads import messages as message_rows
-from threadline.threads import outbox
 
 START = 1_700_000_000_000
 SEEDS = (0, 1)

@@ -255,13 +255,18 @@ def admit_inbound(
     if not isinstance(message_id, str) or not 0 < len(message_id) <= MAX_MESSAGE_ID_CHARS:
         return Refused(f"ValidationFailed: a message id is text of 1 to {MAX_MESSAGE_ID_CHARS}"
                        " characters")
+    if not isinstance(input_json, str):
+        return Refused("ValidationFailed: a message's input is JSON text")
     key = inbound_key(message_id)
     try:
         check_id(to_thread, field="thread")
         if agent is not None:
             check_id(agent, field="agent")
-        canonical = encode_json(decode_json(input_json), field="input",
-                                max_depth=config.max_json_depth)
+        try:
+            value = decode_json(input_json)
+        except ValueError:  # too deep is ValidationFailed already
+            raise ValidationFailed("input is not JSON text", field="input") from None
+        canonical = encode_json(value, field="input", max_depth=config.max_json_depth)
         if len(canonical.encode("utf-8")) > config.max_body_bytes:
             raise ValidationFailed(f"input is larger than {config.max_body_bytes} bytes",
                                    field="input")
