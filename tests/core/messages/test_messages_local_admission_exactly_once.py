@@ -5,6 +5,7 @@ lost between the admission and the marking (both roll back, and the redelivery a
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 
 from messages_support import START, build_app, forward, sent
 
@@ -40,9 +41,28 @@ def test_local_admission_is_exactly_once_across_a_crash_between_admit_and_mark()
         async with SimulatedObject(build_app(), clock=ManualClock(START), space="acme",
                                    check_alarm_invariant=True) as obj:
             crash = obj.crash_at(ADMITTING)
+            # What the file held when the object was lost: the admission and the marking are
+            # one transaction, so neither is there.
+            at_loss: list[tuple[int, str]] = []
+            restart = obj.evict
+
+            async def evict() -> None:
+                conn = sqlite3.connect(obj.path)
+                try:
+                    admitted = conn.execute(
+                        "SELECT COUNT(*) FROM tl_submissions WHERE thread_id = 'inbox'"
+                    ).fetchone()[0]
+                    state = conn.execute("SELECT state FROM tl_messages").fetchone()[0]
+                finally:
+                    conn.close()
+                at_loss.append((admitted, state))
+                await restart()
+
+            obj.evict = evict  # type: ignore[method-assign]
             sub = obj.admit("sender", "forward", forward("acme", "inbox"))
             await obj.run_alarms()
             assert crash.fired and obj.evictions == 1
+            assert at_loss == [(0, "pending")]
             assert obj.hits(ADMITTING) == 2  # lost once, admitted on the redelivery
             (message,) = sent(obj, sub.id)
             targets = obj.submissions("inbox")
