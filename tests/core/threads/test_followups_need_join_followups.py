@@ -29,7 +29,13 @@ def test_an_agent_without_join_followups_cannot_take_followups(
 
 def test_join_followups_takes_a_bool() -> None:
     app = Application()
-    with pytest.raises(TypeError):
-        @app.agent("chat", join_followups="yes")  # type: ignore[arg-type]
-        async def chat(turn: object) -> None:
+
+    @app.agent("chat", join_followups=True)
+    async def chat(turn: object) -> None:
+        return None
+
+    assert app.agents.resolve("chat").join_followups is True
+    with pytest.raises(TypeError, match="join_followups must be True or False"):
+        @app.agent("other", join_followups="yes")  # type: ignore[arg-type]
+        async def other(turn: object) -> None:
             return None
