@@ -74,8 +74,9 @@ class Followup:
     input: JsonValue
 
 
-def join(storage: Storage, head: Submission, *, now: int, limit: int = MAX_FOLLOWUPS) -> list[
-        Followup]:
+def join(
+    storage: Storage, head: Submission, *, now: int, limit: int = MAX_FOLLOWUPS
+) -> list[Followup]:
     """Move the joinable input behind ``head`` to ``joined`` (see the module docstring).
 
     Run inside the transaction that journals the call, fenced by the head's claim.

@@ -6,9 +6,9 @@ runs the agent again from the top, after a crash, a retry or a wait, meets its e
 the same order and gets the recorded answers back instead of repeating it. Agents must therefore
 be deterministic apart from what they do inside steps.
 
-Every boundary (a step, emit, send, approval or sleep that has not happened yet) first checks
-the submission's abort intent and the pass's yield deadline, and every write is fenced by the
-Attempt's claim: an Attempt that lost its lease cannot write anything more.
+Every boundary (a step, emit, send, approval, sleep or followups call that has not happened
+yet) first checks the submission's abort intent and the pass's yield deadline, and every write
+is fenced by the Attempt's claim: an Attempt that lost its lease cannot write anything more.
 """
 
 from __future__ import annotations
