@@ -34,7 +34,7 @@ from threadline.maintenance.schedule_lanes import ScheduleContext
 from threadline.schedules import CronSchedule, EverySchedule
 from threadline.space import Space
 from threadline.storage import SqliteStorage, Storage
-from threadline.threads import ApprovalDecision, RetryPolicy, Turn
+from threadline.threads import ApprovalDecision, Followup, RetryPolicy, Turn
 
 __version__ = "0.1.0"
 
@@ -51,6 +51,7 @@ __all__ = [
     "EverySchedule",
     "Evicted",
     "Fault",
+    "Followup",
     "IdSource",
     "InvalidSchedule",
     "LaneContext",

@@ -44,11 +44,18 @@ class Application:
         #: The subscribers declared with :meth:`subscriber`, :meth:`webhook` and :meth:`queue`.
         self.subscribers = Subscribers()
 
-    def agent(self, name: str, *, version: str = "1") -> Callable[[AgentFn], AgentFn]:
-        """Decorator registering an async ``fn(turn)`` as the agent ``name`` at ``version``."""
+    def agent(
+        self, name: str, *, version: str = "1", join_followups: bool = False
+    ) -> Callable[[AgentFn], AgentFn]:
+        """Decorator registering an async ``fn(turn)`` as the agent ``name`` at ``version``.
+
+        With ``join_followups=True`` the agent may call :meth:`~threadline.Turn.followups` to
+        take the input submitted to its Thread while it runs: that input is joined into the
+        running submission and settles with it, instead of running after it.
+        """
 
         def register(fn: AgentFn) -> AgentFn:
-            self.agents.register(name, fn, version=version)
+            self.agents.register(name, fn, version=version, join_followups=join_followups)
             return fn
 
         return register

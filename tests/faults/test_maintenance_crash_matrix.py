@@ -37,6 +37,10 @@ and humans act whenever the object waits for them. Every run must keep these inv
   meanwhile, and no earlier than its due time (or aborted while scheduled), and each
   ``turn.submit`` admitted exactly once: its Thread holds just the submissions its agent's
   result names, each settled once; nothing is left scheduled at the end.
+* follow-up input: the chat input queued behind a head that takes it (``turn.followups()``)
+  was joined into that head once, settled once with the head's result, and every run of the
+  head got the same list (the journaled one); the input for another agent behind it, and the
+  chat input behind that, ran on their own, FIFO.
 
 A failpoint that no scenario reaches fails ``test_every_failpoint_is_reached``.
 """
@@ -104,6 +108,8 @@ class World:
     lane_waves: Counter[str] = field(default_factory=Counter)
     #: (schedule, fire) of each run of a schedule's function that returned.
     schedule_runs: list[tuple[str, int]] = field(default_factory=list)
+    #: What each run of a ``chat`` submission got from ``turn.followups()``, by id.
+    followups_seen: dict[str, list[list[Any]]] = field(default_factory=dict)
 
 
 @contextmanager
@@ -197,6 +203,13 @@ def build_app(world: World, *, with_ghost: bool, schedules: bool = False) -> App
         there = await turn.send(PEER, "inbox", {"n": a}, agent="step1")
         refused = await turn.send(PEER, "inbox", {"n": a}, agent="nobody")
         return [a, here, there, refused, await turn.step("c", effect(turn, "c"))]
+
+    @app.agent("chat", join_followups=True)
+    async def chat(turn: Turn) -> Any:
+        a = await turn.step("a", effect(turn, "a"))
+        taken = [item.input for item in await turn.followups()]
+        world.followups_seen.setdefault(turn.submission_id, []).append(taken)
+        return {"a": a, "followups": taken, "c": await turn.step("c", effect(turn, "c"))}
 
     @app.lane("sync")
     async def sync(ctx: LaneContext) -> None:
@@ -310,12 +323,21 @@ DELAYED = Scenario(
     ),
 )
 SUBMIT_DELAY_MS = 2_000
+#: Follow-up input: the head takes the two chat inputs behind it; the input for another agent
+#: ends the run, and the chat input behind that runs on its own.
+FOLLOWUPS = Scenario(
+    "followups",
+    (Item("f1", "chat"), Item("f1", "chat"), Item("f1", "chat"), Item("f1", "step1"),
+     Item("f1", "chat")),
+)
 #: Messages (``messenger``): into its own space, into the peer space, and to an agent the peer
 #: does not register.
 MESSAGES = Scenario("messages", (Item("m1", "messenger"), Item("m2", "messenger")),
                     deployment=True)
 SPACE, PEER = "acme", "peer"
-SCENARIOS = {s.name: s for s in (ONE, THREADS, LANES, SCHEDULES, DELAYED, MESSAGES)}
+SCENARIOS = {
+    s.name: s for s in (ONE, THREADS, LANES, SCHEDULES, DELAYED, FOLLOWUPS, MESSAGES)
+}
 #: Humans look at the object once per simulated second; the alarm runs in between.
 TICK_MS = 1_000
 MAX_TICKS = 300
@@ -618,6 +640,8 @@ def check(run: Run, scenario: Scenario) -> list[str]:
                 problems.append(f"lane {lane_id} never ran")
     if scenario is DELAYED:
         problems += delayed_admissions(run, scenario, made, settlements)
+    if scenario is FOLLOWUPS:
+        problems += followup_problems(run)
     if scenario is MESSAGES:
         problems += message_admissions(run, scenario, settlements)
     if scenario is THREADS:
@@ -764,6 +788,33 @@ def delayed_admissions(
     waiting = obj.storage.exec("SELECT COUNT(*) AS n FROM tl_delayed").one()["n"]
     if waiting:
         problems.append(f"{waiting} delayed submissions left scheduled")
+    return problems
+
+
+def followup_problems(run: Run) -> list[str]:
+    """The head joined the two chat inputs behind it once, and they settled with it; every
+    run of the head got the same list; the rest ran on their own, FIFO."""
+    obj, problems = run.obj, []
+    head, one, two, other, last = (obj.submission(sub_id) for sub_id in run.ids)
+    if head.result is None or head.result["followups"] != [1, 2]:
+        problems.append(f"the head took {head.result}, not the inputs 1 and 2")
+    for joined in (one, two):
+        if (joined.joined_to, joined.result) != (head.id, head.result):
+            problems.append(f"{joined.id} is {joined.state} joined to {joined.joined_to} with"
+                            f" {joined.result}, not with the head's {head.result}")
+    for alone in (other, last):
+        if alone.joined_to is not None:
+            problems.append(f"{alone.id} was joined to {alone.joined_to}")
+    if last.result is None or last.result["followups"] != []:
+        problems.append(f"the last chat input took {last.result}")
+    if not (other.settled_at or 0) <= (last.settled_at or 0):
+        problems.append("the last chat input settled before the input ahead of it")
+    seen = run.world.followups_seen.get(head.id, [])
+    if not seen or any(taken != [1, 2] for taken in seen):
+        problems.append(f"the head's runs got {seen} from followups()")
+    for joined in (one, two):
+        if joined.id in run.world.followups_seen:
+            problems.append(f"the joined {joined.id} ran on its own")
     return problems
 
 

@@ -333,6 +333,15 @@ class SubmissionDetail(SubmissionView):
     journal: JournalSummary
     abort: AbortView | None
     losses: LossesView
+    joined_to: str | None = Field(
+        description=(
+            "The submission this one was joined into as follow-up input (`turn.followups()`"
+            " of an agent registered with `join_followups=True`), kept once it settles; null"
+            " for input that ran on its own. A joined submission (state `joined`) does not run"
+            " on its own: it settles with that submission's outcome, and aborting it alone is"
+            " a 409 (abort that submission instead)."
+        ),
+    )
     messages: list[MessageView] = Field(
         description="The messages it sent (at most 100), in the order it sent them.")
 

@@ -82,6 +82,7 @@ def submission_detail(
             **_scheduled_fields(submission), "waits": [], "abort": None, "messages": [],
             "journal": JournalSummary(steps=0, finished=0, failed=0, in_flight=0, entries=[]),
             "losses": LossesView(total=0, in_a_row=0, position=None, last_cause=None),
+            "joined_to": None,
         })
     steps = views.journal_of(storage, submission.id)
     intent = ledger.read_abort_intent(submission.id)
@@ -126,6 +127,7 @@ def submission_detail(
                 position=submission.loss_position,
                 last_cause=None if submission.loss_cause is None else submission.loss_cause.value,
             ),
+            "joined_to": submission.joined_to,
             "messages": [
                 MessageView.model_validate(
                     {

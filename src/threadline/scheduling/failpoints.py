@@ -52,6 +52,7 @@ RUNTIME_LOCATIONS: tuple[str, ...] = (
     "step:started",
     "step:finished",
     "emit:committed",
+    "followups:joined",
     "settle:before",
     "settle:after",
 )

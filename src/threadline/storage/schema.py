@@ -526,6 +526,15 @@ _LANES_KEY = (
     "ALTER TABLE tl_maintenance ADD COLUMN lanes_key TEXT",
 )
 
+# Follow-up input joined into a running head (``turn.followups()``) names that head here, so
+# its view says which submission it joined and the head's settlement finds it. Written by
+# the move into ``joined``, an UPDATE of the row that move writes anyway; no index names it
+# (the head's settlement finds its joined input in its Thread's dormant range of the
+# open-work index). Added in place, like the loss columns.
+_JOINED_TO = (
+    "ALTER TABLE tl_submissions ADD COLUMN joined_to TEXT",
+)
+
 # Messages name the agent to run at their target (None: the target Thread's latest, else its
 # only one), the submission they became there once delivered, and when they failed for good.
 # Nullable columns, so the rows already written stay as they are.
@@ -539,7 +548,7 @@ _MESSAGE_ROUTING = (
 MIGRATIONS: list[tuple[str, ...]] = [
     _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS, _LEAN_SUBMISSIONS,
     _LEAN_OUTBOX, _HELD_FOLLOWERS, _LOSSES, _SCHEDULES, _DELAYED, _LANES_KEY,
-    _MESSAGE_ROUTING,
+    _JOINED_TO, _MESSAGE_ROUTING,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -10,7 +10,7 @@ run expects a revision that no longer exists. Callers run these inside a gate tr
 from __future__ import annotations
 
 from threadline.storage.port import Storage
-from threadline.threads import outbox, waits
+from threadline.threads import followups, outbox, waits
 from threadline.threads.model import (
     AbortState,
     JsonValue,
@@ -94,6 +94,8 @@ SETTLED_KIND = "submission.settled"
 #: Open states that wait on the outside world: out of the live index (``dormant = 1``).
 #: Queued or ready input behind a suspended head may be dormant too (:func:`hold_followers`).
 DORMANT = frozenset({SubmissionState.SUSPENDED, SubmissionState.UNKNOWN, SubmissionState.JOINED})
+#: States a submission settles from that no input can have been joined into: it never ran.
+_NEVER_JOINED_INTO = frozenset({SubmissionState.QUEUED, SubmissionState.JOINED})
 
 
 def claim(
@@ -210,8 +212,12 @@ def settle(
     result_json: str | None = None,
     error: JsonValue = None,
     loss_counted: bool = False,
+    joined_to: str | None = None,
 ) -> bool:
-    """Settle once: the submission, its open waits, its abort intent and the settled record.
+    """Settle once: the submission, its open waits, its abort intent and the settled record,
+    then the input joined into it (:mod:`threadline.threads.followups`), each with the same
+    outcome, its own settlement and its own settled record (which names the head,
+    ``joined_to``).
 
     Settling a ``running`` submission ends its Attempt: as for :func:`move`, that restarts
     the loss streak unless ``loss_counted``. Returns False, having changed nothing, when the
@@ -234,6 +240,8 @@ def settle(
         body["result"] = decode_json(result_json)
     if error is not None:
         body["error"] = error
+    if joined_to is not None:
+        body["joined_to"] = joined_to
     outbox.publish(
         storage,
         record_id=f"{submission_id}:settled",
@@ -243,6 +251,14 @@ def settle(
         body_json=encode_json(body, max_depth=None),
         now=now,
     )
+    if state not in _NEVER_JOINED_INTO:
+        for follower, follower_revision in followups.joined_to(storage, thread_id,
+                                                                submission_id):
+            # Read in this transaction, so the compare-and-set holds; through the module's
+            # own name, so that whatever wraps ``settle`` sees these settlements too.
+            settle(storage, follower, thread_id=thread_id, state=SubmissionState.JOINED,
+                   revision=follower_revision, outcome=outcome, now=now,
+                   result_json=result_json, error=error, joined_to=submission_id)
     return True
 
 
