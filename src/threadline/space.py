@@ -25,10 +25,13 @@ from threadline.maintenance.faults import (
     RecoveryFaults,
 )
 from threadline.maintenance.host_lanes import epoch_ms, handler_for
+from threadline.maintenance.messages import MESSAGES_DISPATCH_TIMEOUT_MS, MessageDelivery
 from threadline.maintenance.readout import MaintenanceReadout
 from threadline.maintenance.schedule_lanes import ScheduleRunner, lanes_key
+from threadline.messages import Accepted, MessageRouter, Verdict
 from threadline.scheduling import (
     DELAYED,
+    MESSAGES,
     RECOVERY_EVENTS,
     Failpoints,
     Scheduler,
@@ -37,6 +40,7 @@ from threadline.scheduling import (
 from threadline.scheduling import state as generation
 from threadline.storage.port import Storage
 from threadline.storage.schema import migrate, schema_version
+from threadline.threads import messages
 from threadline.threads.runtime import ThreadRuntime
 
 
@@ -45,6 +49,10 @@ class Space:
 
     One instance per object incarnation: its in-memory parts (the gate's active mutations, the
     runtime's active Attempts, its incarnation id) are rebuilt empty by the next one.
+
+    ``name`` is the space's id, when known: messages an agent sends into it are admitted
+    locally, in one transaction. ``router`` delivers messages into other spaces (see
+    :mod:`threadline.messages`); without one they fail with ``NoRoute``.
     """
 
     def __init__(
@@ -56,8 +64,11 @@ class Space:
         rng: random.Random | None = None,
         ids: IdSource | None = None,
         failpoints: Failpoints | None = None,
+        name: str | None = None,
+        router: MessageRouter | None = None,
     ) -> None:
         self.app = app
+        self.name = name
         self.storage = storage
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.rng = rng if rng is not None else random.SystemRandom()
@@ -83,6 +94,12 @@ class Space:
                                          self.scheduler.failpoints)
         self.lanes.register(DELAYED, self.delayed.run_lane,
                             dispatch_timeout_ms=DELAYED_DISPATCH_TIMEOUT_MS)
+        self.messages = MessageDelivery(
+            storage, gate, app.agents, config, self.clock, self.rng, self.scheduler.failpoints,
+            space=name, router=router,
+        )
+        self.lanes.register(MESSAGES, self.messages.run_lane,
+                            dispatch_timeout_ms=MESSAGES_DISPATCH_TIMEOUT_MS)
         for lane in app.lanes:
             self.lanes.register(lane.id, handler_for(lane, storage),
                                 dispatch_timeout_ms=lane.dispatch_timeout_ms, phase=lane.phase)
@@ -162,6 +179,26 @@ class Space:
             raise SchedulingError(f"a lane cursor is an int >= 0, got {cursor!r}")
         due = self.clock.now_ms() if at is None else epoch_ms(at, what="the wake time")
         self.scheduler.gate.schedule(lane_id, due, cursor)
+
+    def admit_message(
+        self, message_id: str, to_thread: str, agent: str | None, input_json: str
+    ) -> Verdict:
+        """Admit a message another space's object sent (see :mod:`threadline.messages`).
+
+        Idempotent by ``message_id``: the same message delivered again answers with the
+        submission it became the first time. The submission, its native work and the alarm
+        commit together, then a prompt pass is asked for. Returns
+        :class:`~threadline.messages.Refused` for a message refused for good; raises for a
+        storage failure (the sender retries).
+        """
+        verdict = messages.admit_inbound(
+            self.storage, self.scheduler.gate, self.app.agents, self.app.config,
+            self.clock.now_ms, message_id=message_id, to_thread=to_thread, agent=agent,
+            input_json=input_json,
+        )
+        if isinstance(verdict, Accepted):
+            self.scheduler.alarm.schedule_now()
+        return verdict
 
     async def handle(self, request: Request) -> Response:
         """Answer one HTTP request addressed to this space."""

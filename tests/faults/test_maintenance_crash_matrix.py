@@ -28,6 +28,11 @@ and humans act whenever the object waits for them. Every run must keep these inv
   completed fire present), no fire ran twice to completion, every fire of the window completed
   and every scheduled submission settled once, and at the end only the schedules' lanes are
   due, at their next fire.
+* with messages (``turn.send`` into the sender's own space, into another space's object through
+  the deployment's router, and to an agent unknown there): each message was admitted exactly
+  once at its target (its Thread holds just that submission, settled once), the refused one
+  failed with exactly one ``message.failed`` record in the sender's log, and every space's
+  alarm is cleared at the end.
 * each delayed submission was admitted exactly once, behind the input its Thread received
   meanwhile, and no earlier than its due time (or aborted while scheduled), and each
   ``turn.submit`` admitted exactly once: its Thread holds just the submissions its agent's
@@ -57,11 +62,26 @@ import pytest
 
 from threadline import Application, LaneContext, ManualClock, RuntimeConfig, ScheduleContext
 from threadline.errors import Evicted
+from threadline.records import MESSAGE_FAILED
 from threadline.schedules import fire_key
 from threadline.scheduling import FAILPOINT_LOCATIONS, read_state
 from threadline.scheduling.due_queue import DueQueue
-from threadline.testing import Effects, SimulatedObject, StatementFailure, is_eviction
-from threadline.threads import Outcome, ScheduledSubmission, SubmissionState, Turn, transitions
+from threadline.testing import (
+    Effects,
+    SimulatedDeployment,
+    SimulatedObject,
+    StatementFailure,
+    is_eviction,
+)
+from threadline.threads import (
+    Outcome,
+    ScheduledSubmission,
+    SubmissionState,
+    Turn,
+    outbox,
+    transitions,
+)
+from threadline.threads import messages as message_rows
 
 START = 1_700_000_000_000
 SEEDS = (0, 1)
@@ -176,6 +196,14 @@ def build_app(world: World, *, with_ghost: bool, schedules: bool = False) -> App
                                   not_before=timedelta(milliseconds=SUBMIT_DELAY_MS))
         return [a, now, later, await turn.step("c", effect(turn, "c"))]
 
+    @app.agent("messenger")
+    async def messenger(turn: Turn) -> Any:
+        a = await turn.step("a", effect(turn, "a"))
+        here = await turn.send(SPACE, f"{turn.thread_id}-in", {"n": a}, agent="step1")
+        there = await turn.send(PEER, "inbox", {"n": a}, agent="step1")
+        refused = await turn.send(PEER, "inbox", {"n": a}, agent="nobody")
+        return [a, here, there, refused, await turn.step("c", effect(turn, "c"))]
+
     @app.agent("chat", join_followups=True)
     async def chat(turn: Turn) -> Any:
         a = await turn.step("a", effect(turn, "a"))
@@ -244,6 +272,8 @@ class Scenario:
     failing_statement: str | None = None
     #: Declare the schedules and run this long (ms of simulated time), not to quiescence.
     runs_for_ms: int | None = None
+    #: Run the object as space ``SPACE`` of a deployment that also holds ``PEER``.
+    deployment: bool = False
 
     @property
     def needs_deploy(self) -> bool:
@@ -300,7 +330,14 @@ FOLLOWUPS = Scenario(
     (Item("f1", "chat"), Item("f1", "chat"), Item("f1", "chat"), Item("f1", "step1"),
      Item("f1", "chat")),
 )
-SCENARIOS = {s.name: s for s in (ONE, THREADS, LANES, SCHEDULES, DELAYED, FOLLOWUPS)}
+#: Messages (``messenger``): into its own space, into the peer space, and to an agent the peer
+#: does not register.
+MESSAGES = Scenario("messages", (Item("m1", "messenger"), Item("m2", "messenger")),
+                    deployment=True)
+SPACE, PEER = "acme", "peer"
+SCENARIOS = {
+    s.name: s for s in (ONE, THREADS, LANES, SCHEDULES, DELAYED, FOLLOWUPS, MESSAGES)
+}
 #: Humans look at the object once per simulated second; the alarm runs in between.
 TICK_MS = 1_000
 MAX_TICKS = 300
@@ -335,6 +372,14 @@ class Run:
     losses: list[Loss] = field(default_factory=list)
     #: The due time of each delayed submission admitted as scheduled.
     due: dict[str, int] = field(default_factory=dict)
+    #: The deployment the object is a space of (the messages scenario), else None.
+    deployment: SimulatedDeployment | None = None
+
+    def close(self) -> None:
+        if self.deployment is not None:
+            self.deployment.close()
+        else:
+            self.obj.close()
 
 
 @dataclass(frozen=True)
@@ -410,13 +455,20 @@ async def play(
     scenario: Scenario, seed: int, crash: tuple[str, int] | None, world: World
 ) -> Run:
     schedules = scenario.runs_for_ms is not None
-    obj = SimulatedObject(build_app(world, with_ghost=False, schedules=schedules),
-                          clock=ManualClock(START), seed=seed, check_alarm_invariant=True)
+    app = build_app(world, with_ghost=False, schedules=schedules)
+    deployment = None
+    if scenario.deployment:
+        deployment = SimulatedDeployment(app, clock=ManualClock(START), seed=seed,
+                                         spaces=(SPACE, PEER), check_alarm_invariant=True)
+        obj = deployment.space(SPACE)
+    else:
+        obj = SimulatedObject(app, clock=ManualClock(START), seed=seed,
+                              check_alarm_invariant=True)
     if crash is not None and crash[0] == INSIDE_UNCERTAIN:
         world.crash_inside_uncertain = crash[1]
     elif crash is not None:
         obj.crash_at(*crash)
-    run = Run(obj, world, [])
+    run = Run(obj, world, [], deployment=deployment)
     remember_losses(run)
     while not await survive(obj, obj.start):
         pass
@@ -434,8 +486,12 @@ async def play(
             await retrying(obj, lambda s=admitted.id: obj.abort(s, "changed my mind"))
     deployed = not scenario.needs_deploy
     for _ in range(MAX_TICKS):
-        await obj.run_alarms(until=obj.clock.now_ms() + TICK_MS, max_passes=300)
-        quiet = obj.alarm_at is None
+        if deployment is not None:
+            await deployment.run_alarms(until=obj.clock.now_ms() + TICK_MS, max_passes=300)
+        else:
+            await obj.run_alarms(until=obj.clock.now_ms() + TICK_MS, max_passes=300)
+        quiet = obj.alarm_at is None and (
+            deployment is None or all(o.alarm_at is None for o in deployment.objects.values()))
         if quiet:
             run.problems += visible_waits(obj, scenario, run.ids, deployed)
         acted = await humans(run, scenario)
@@ -586,6 +642,8 @@ def check(run: Run, scenario: Scenario) -> list[str]:
         problems += delayed_admissions(run, scenario, made, settlements)
     if scenario is FOLLOWUPS:
         problems += followup_problems(run)
+    if scenario is MESSAGES:
+        problems += message_admissions(run, scenario, settlements)
     if scenario is THREADS:
         kinds = {(kind, thread) for _, kind, thread in run.world.events}
         wanted = {("parked", "t5"), ("created", "t4"), ("cleared", "t4")}
@@ -649,7 +707,54 @@ def made_by_agents(run: Run, scenario: Scenario) -> dict[str, str]:
             assert not isinstance(sub, ScheduledSubmission)
             for made_id in sub.result[1:3]:
                 made[made_id] = f"{item.thread}-out"
+        if item.agent == "messenger":
+            # What its messages became: in this space, and in the peer's.
+            for message in message_rows.of_submission(run.obj.storage, sub_id):
+                if message.admitted_as is not None:
+                    made[message.admitted_as] = f"{message.to_space}/{message.to_thread}"
     return made
+
+
+def message_admissions(run: Run, scenario: Scenario, settlements: Counter[str]) -> list[str]:
+    """Each message admitted exactly once at its target and settled once there; the refused
+    one failed with one ``message.failed`` record; every space quiet at the end."""
+    obj, problems = run.obj, []
+    assert run.deployment is not None
+    peer = run.deployment.space(PEER)
+    across: list[str] = []
+    for sub_id, item in zip(run.ids, scenario.items, strict=False):
+        sub = obj.find(sub_id)
+        if isinstance(sub, ScheduledSubmission) or sub.outcome is not Outcome.COMPLETED:
+            continue
+        _, here, there, refused, _ = sub.result
+        by_id = {m.id: m for m in message_rows.of_submission(obj.storage, sub_id)}
+        if sorted(by_id) != sorted((here, there, refused)):
+            problems.append(f"{sub_id} sent {sorted(by_id)}, its result names "
+                            f"{[here, there, refused]}")
+            continue
+        states = [by_id[i].state for i in (here, there, refused)]
+        if states != ["delivered", "delivered", "failed"]:
+            problems.append(f"{sub_id}'s messages ended {states}")
+        local = [s.id for s in obj.submissions(f"{item.thread}-in")]
+        if local != [by_id[here].admitted_as]:
+            problems.append(f"{item.thread}-in holds {local}, the message became "
+                            f"{by_id[here].admitted_as}")
+        across.append(str(by_id[there].admitted_as))
+        failed = [r for r in outbox.read_history(obj.storage, item.thread, limit=1_000)
+                  if r["kind"] == MESSAGE_FAILED]
+        if [r["record_id"] for r in failed] != [f"{refused}:failed"]:
+            problems.append(f"{item.thread} logged {failed} for its refused message")
+    inbox = [s.id for s in peer.submissions("inbox")]
+    if sorted(inbox) != sorted(across):
+        problems.append(f"the peer's inbox holds {inbox}, the messages became {across}")
+    for target in [*inbox, *(s.id for s in obj.submissions() if s.thread_id.endswith("-in"))]:
+        settled = (peer if target in inbox else obj).submission(target)
+        if settled.outcome is not Outcome.COMPLETED or settlements.get(target, 0) != 1:
+            problems.append(f"{target} (a message) is {settled.state} {settled.outcome}, "
+                            f"settled {settlements.get(target, 0)} times")
+    if peer.alarm_at is not None:
+        problems.append(f"the peer's alarm is still set at {peer.alarm_at}")
+    return problems
 
 
 def delayed_admissions(
@@ -752,7 +857,7 @@ def dry_hits(name: str, seed: int) -> dict[str, int]:
             hits = {loc: run.obj.hits(loc) for loc in sorted(FAILPOINT_LOCATIONS)}
             _dry[(name, seed)] = {**hits, INSIDE_UNCERTAIN: run.world.uncertain_runs}
         finally:
-            run.obj.close()
+            run.close()
             _tally["runs"] += 1
             _tally["seconds"] += time.perf_counter() - started
     return _dry[(name, seed)]
@@ -791,7 +896,7 @@ def test_crash_at_every_failpoint_then_the_alarm_finishes_the_work(
             elif run.obj.evictions == 0:
                 problems.append("the crash was swallowed: the object was never restarted")
         finally:
-            run.obj.close()
+            run.close()
             _tally["runs"] += 1
             _tally["seconds"] += time.perf_counter() - started
         failures += [f"arrival {occurrence}/{hits}: {p}" for p in problems]

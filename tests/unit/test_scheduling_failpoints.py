@@ -15,7 +15,7 @@ from threadline.scheduling import (
 
 
 def test_locations_cover_the_maintenance_runtime_and_schedule_boundaries() -> None:
-    assert len(MAINTENANCE_LOCATIONS) == 21
+    assert len(MAINTENANCE_LOCATIONS) == 23
     assert all(name.startswith("maintenance:") for name in MAINTENANCE_LOCATIONS)
     assert {"attempt:claimed", "step:started", "settle:after"} <= set(RUNTIME_LOCATIONS)
     assert all(name.startswith("schedule:") for name in SCHEDULE_LOCATIONS)

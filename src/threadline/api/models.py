@@ -304,8 +304,30 @@ class LossesView(_Response):
     )
 
 
+class MessageView(_Response):
+    """A message the submission sent with ``turn.send``, and where its delivery stands."""
+
+    id: str = Field(description="Stable across replays: `<submission id>:send`, `...:send#2`.")
+    to_space: str
+    to_thread: str
+    agent: str | None = Field(
+        description="The agent named to run it (null: the target Thread's latest, else its"
+        " only one).")
+    state: Literal["pending", "delivered", "failed"]
+    attempts: int = Field(description="Deliveries tried into another space.")
+    next_attempt_at: int | None = Field(description="When a pending message goes next.")
+    error: str | None = Field(
+        description="Why it failed for good (`failed`), or its latest transient failure.")
+    submission_id: str | None = Field(
+        description="The submission it became in its target Thread, once delivered.")
+    created_at: int
+    delivered_at: int | None
+    failed_at: int | None
+
+
 class SubmissionDetail(SubmissionView):
-    """A submission with its waits, journal summary, abort intent and lost Attempts."""
+    """A submission with its waits, journal summary, abort intent, lost Attempts and the
+    messages it sent."""
 
     waits: list[WaitView]
     journal: JournalSummary
@@ -320,6 +342,8 @@ class SubmissionDetail(SubmissionView):
             " a 409 (abort that submission instead)."
         ),
     )
+    messages: list[MessageView] = Field(
+        description="The messages it sent (at most 100), in the order it sent them.")
 
 
 class OpenSubmission(_Response):
@@ -612,6 +636,7 @@ __all__ = [
     "JournalSummary",
     "LaneView",
     "MaintenanceView",
+    "MessageView",
     "NativeRetryView",
     "OpenSubmission",
     "PassReportView",

@@ -40,6 +40,11 @@ MAINTENANCE_LOCATIONS: tuple[str, ...] = (
     "maintenance:finish:after",
     # After each committed batch of the delayed lane's admissions.
     "maintenance:delayed:admitted",
+    # Inside the transaction that admits a message into its own space, before it is marked
+    # delivered (a loss there rolls both back).
+    "maintenance:messages:admitting",
+    # After another space's object answered a message, before the answer is recorded.
+    "maintenance:messages:answered",
 )
 #: Boundaries of the thread runtime (an Attempt and its steps).
 RUNTIME_LOCATIONS: tuple[str, ...] = (

@@ -535,11 +535,20 @@ _JOINED_TO = (
     "ALTER TABLE tl_submissions ADD COLUMN joined_to TEXT",
 )
 
+# Messages name the agent to run at their target (None: the target Thread's latest, else its
+# only one), the submission they became there once delivered, and when they failed for good.
+# Nullable columns, so the rows already written stay as they are.
+_MESSAGE_ROUTING = (
+    "ALTER TABLE tl_messages ADD COLUMN agent TEXT",
+    "ALTER TABLE tl_messages ADD COLUMN admitted_as TEXT",
+    "ALTER TABLE tl_messages ADD COLUMN failed_at INTEGER",
+)
+
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
 MIGRATIONS: list[tuple[str, ...]] = [
     _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS, _LEAN_SUBMISSIONS,
     _LEAN_OUTBOX, _HELD_FOLLOWERS, _LOSSES, _SCHEDULES, _DELAYED, _LANES_KEY,
-    _JOINED_TO,
+    _JOINED_TO, _MESSAGE_ROUTING,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -410,14 +410,25 @@ class Turn:
         await self._failpoints.reached(EMIT_COMMITTED)
         return record_id
 
-    async def send(self, space: str, thread: str, input: JsonValue) -> str:
-        """Queue ``input`` for the Thread ``thread`` of ``space``; returns the message id.
+    async def send(
+        self, space: str, thread: str, input: JsonValue, agent: str | None = None
+    ) -> str:
+        """Send ``input`` to the Thread ``thread`` of ``space``; returns the message id.
 
-        Only the outbound row is written here (once, even on replay); the messages lane
-        delivers it later, at least once.
+        Only the message is written here, once even across replays (its id is this
+        submission's id and the call's place in it: ``<submission id>:send``,
+        ``...:send#2``). The ``threadline:messages`` lane delivers it: into this space in one
+        transaction, into another through the Worker's ``THREADS`` binding. It becomes a
+        submission of ``thread`` for ``agent`` (None: the Thread's latest agent there, else
+        its only one), admitted once by message id however often it is delivered. A message
+        refused there for good (an unknown agent, invalid input) is marked failed and a
+        ``message.failed`` record lands in this Thread's log. This submission's detail lists
+        its messages and their states.
         """
         _checked(lambda: check_id(space, field="space"))
         _checked(lambda: check_id(thread, field="thread"))
+        if agent is not None:
+            _checked(lambda: check_id(agent, field="agent"))
         message_id = f"{self.submission_id}:{self._key('send')}"
         self._next_position()
         if messages.message_exists(self._storage, message_id):
@@ -429,7 +440,7 @@ class Turn:
             messages.enqueue_message(
                 self._storage, message_id=message_id, from_thread=self.thread_id,
                 from_submission=self.submission_id, to_space=space, to_thread=thread,
-                input_json=input_json, now=self._clock.now_ms(),
+                input_json=input_json, now=self._clock.now_ms(), agent=agent,
             )
 
         self._write(write, lanes=(MESSAGES,))

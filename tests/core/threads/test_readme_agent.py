@@ -21,6 +21,7 @@ def _readme_app() -> Application:
         and "@app.cron" not in block
         and "turn.submit" not in block  # the Delayed submissions section's own, run on its own
         and "turn.followups" not in block  # the Follow-up input section's own, likewise
+        and "turn.send" not in block  # the Messages section's own, run on its own
     ]
     assert len(agent_blocks) == 1, "README should show exactly one agent"
     namespace: dict[str, Any] = {}

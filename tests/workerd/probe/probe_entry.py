@@ -361,6 +361,15 @@ driven_app = Application(entry_app.config.model_copy(update={"sse_heartbeat_ms":
 driven_app.agents = entry_app.agents
 
 
+@driven_app.agent("relay")
+async def relay(turn: Turn) -> Any:
+    """Sends ``{"text"}`` to ``echo`` on ``{"space", "thread"}`` of its input (messages)."""
+    target = turn.input
+    sent = await turn.send(target["space"], target["thread"], {"text": target["text"]},
+                           agent=target.get("agent", "echo"))
+    return {"sent": sent}
+
+
 class ThreadObject(AppThreadObject):
     """The app's object, plus ``/_drive/``: recovery and head Attempts of one Thread until
     nothing changes, as a maintenance pass would run them (test-only). It answers how many runs
