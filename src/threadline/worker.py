@@ -229,7 +229,9 @@ class ThreadObjectBase(DurableObject):
     def __init__(self, ctx: Any, env: Any) -> None:
         super().__init__(ctx, env)
         self.storage = CloudflareStorage(ctx.storage)
-        self.space = Space(self.app, self.storage)
+        # The object's name is its space (the Worker addresses it with getByName).
+        name = getattr(getattr(ctx, "id", None), "name", None)
+        self.space = Space(self.app, self.storage, name=str(name or ""), env=env)
         ctx.blockConcurrencyWhile(self.space.start)
 
     async def fetch(self, request: Any) -> Response:
