@@ -425,6 +425,7 @@ class Maintenance:
         required_first: asyncio.Future[bool] | None = None
         if pub is not None and publishing:
             tally.waves.add(PUBLICATION)
+            pub.begin_pass()
             # Required subscribers drain before native work; the others go beside it.
             if pub.required:
                 required_first = asyncio.ensure_future(pub.round(event_deadline, required=True))
@@ -434,7 +435,7 @@ class Maintenance:
         failure: Exception | None = None
         try:
             if observed.actionable:
-                gated: dict[str, str] = {}
+                gated: dict[str, str] | None = None
                 if pub is not None and publishing and required_first is not None:
                     await required_first
                     gated = pub.gated()
@@ -446,7 +447,8 @@ class Maintenance:
                     # What this pass's own Attempts appended, delivered in the same event.
                     if pub.behind():
                         await pub.round(event_deadline)
-                    gated = pub.gated()
+                    if gated is not None:
+                        gated = pub.gated()
                 await self._checkpoint(observed, tally, scan, gated)
             if waves:
                 await asyncio.gather(*waves)
@@ -588,7 +590,7 @@ class Maintenance:
 
     async def _native(
         self, started: int, observed: _Observed, tally: _Tally, scan: _Scan,
-        gated: Mapping[str, str] | None = None,
+        gated: dict[str, str] | None = None,
     ) -> None:
         config = self._config
         yield_after = started + config.yield_after_ms
@@ -640,6 +642,12 @@ class Maintenance:
                         scan.changed(thread_id)
                         if not task.result():
                             deferred.add(thread_id)
+                        if gated is not None and self._publication is not None:
+                            # What the Attempt appended waits for the required subscribers
+                            # before the Thread's next head may run.
+                            holder = self._publication.gated_thread(thread_id)
+                            if holder is not None:
+                                gated[thread_id] = holder
         finally:
             deadline.cancel()
             for thread_id, task in tasks.items():

@@ -107,6 +107,11 @@ _PAGE = (
 )
 # Threads with records past a cursor: read (never written) by the required gate.
 _THREADS_PAST = "SELECT DISTINCT thread_id, kind FROM tl_history WHERE pos > ?"
+# Within a Thread pos grows with seq: its last seq is its newest position.
+_LAST_OF_THREAD = (
+    "SELECT pos FROM tl_history WHERE thread_id = ? ORDER BY seq DESC LIMIT 1"
+)
+_THREAD_PAST = "SELECT DISTINCT kind FROM tl_history WHERE thread_id = ? AND pos > ?"
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +220,8 @@ class Publication:
         #: not want.
         self._read: dict[str, int] = {}
         self._abandoned = Abandoned()
+        #: Subscribers whose wave of the running pass is used up.
+        self._spent: set[str] = set()
         #: Batches delivered and the rows their cursors wrote, per subscriber (this
         #: incarnation): what the bench prints.
         self.batches: dict[str, int] = {}
@@ -327,6 +334,27 @@ class Publication:
                     held.setdefault(str(item["thread_id"]), spec.name)
         return held
 
+    def gated_thread(self, thread_id: str) -> str | None:
+        """The first required subscriber that has not consumed a record of ``thread_id`` it
+        wants, or None. One seek at the end of the Thread's log when it is consumed."""
+        required = self.required
+        if not required:
+            return None
+        last = self._storage.exec(_LAST_OF_THREAD, thread_id).first()
+        if last is None:
+            return None
+        rows = self.rows()
+        for spec in required:
+            row = rows.get(spec.name)
+            if row is None or int(last["pos"]) <= self._position(row):
+                continue
+            if spec.kinds is None:
+                return spec.name
+            for item in self._storage.exec(_THREAD_PAST, thread_id, row.cursor):
+                if spec.wants(str(item["kind"])):
+                    return spec.name
+        return None
+
     def ready_at(self, name: str, now: int) -> int | None:
         """When subscriber ``name`` can deliver again: ``now`` when it is ready, its retry
         time while it backs off, None while it is parked (or unknown)."""
@@ -355,16 +383,22 @@ class Publication:
 
     # -- delivery --------------------------------------------------------------------------
 
+    def begin_pass(self) -> None:
+        """A pass begins: every subscriber has its whole wave again."""
+        self._spent.clear()
+
     async def round(self, until: int, *, required: bool | None = None) -> bool:
         """One round: each ready subscriber (only the required ones, or only the others,
-        when ``required`` says so) gets up to :data:`WAVE_BATCHES` batches, the subscribers
-        concurrently; returns whether a batch was delivered."""
+        when ``required`` says so) that has not used up its wave in this pass gets up to
+        :data:`WAVE_BATCHES` batches, the subscribers concurrently; returns whether a batch
+        was delivered."""
         if not self.declared:
             return False
         now = self._clock.now_ms()
         rows = self.rows()
         chosen = [spec for spec in self._specs
                   if (required is None or spec.required == required)
+                  and spec.name not in self._spent
                   and spec.name in rows and self._ready(rows[spec.name], now)]
         if not chosen:
             return False
@@ -375,7 +409,10 @@ class Publication:
 
     async def _wave(self, spec: SubscriberSpec, until: int) -> bool:
         delivered = False
-        for _ in range(WAVE_BATCHES):
+        for turn in range(WAVE_BATCHES):
+            if turn == WAVE_BATCHES - 1:
+                # Its wave for this pass is used up: a backfill goes on in the next one.
+                self._spent.add(spec.name)
             now = self._clock.now_ms()
             if now + spec.dispatch_timeout_ms > until:
                 break  # its allowance would outlast the event: the next one delivers it

@@ -68,3 +68,14 @@ def emit(obj: SimulatedObject, thread: str, *items: tuple[str, Any]) -> str:
 def row(obj: SimulatedObject, name: str) -> SubscriberRow | None:
     """The subscriber's row as committed."""
     return read_rows(obj.storage).get(name)
+
+
+async def maintenance_view(obj: SimulatedObject) -> dict[str, Any]:
+    """``GET /v1/spaces/{space}/maintenance`` as the object answers it."""
+    from threadline.api.http import Request
+
+    response = await obj.space.handle(
+        Request.from_url("GET", f"http://object/v1/spaces/{obj.name}/maintenance"))
+    assert response.status == 200, response.body
+    body: dict[str, Any] = response.json()
+    return body
