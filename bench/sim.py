@@ -279,28 +279,17 @@ def _pending_timers(obj: SimulatedObject) -> int:
 
 def _subscriber_app() -> Any:
     """Scenario 2's agent, with a callable subscriber and a required one."""
-    from bench_app import unit
+    from bench_app import subscriber_app
 
-    from threadline import Application, Record
-
-    sub_app = Application()
-    sub_app.agent("unit")(unit)
-
-    @sub_app.subscriber("callable", batch=100)
-    async def callable_(batch: list[Record]) -> None:
-        del batch
-
-    @sub_app.subscriber("required", required=True, batch=100)
-    async def required(batch: list[Record]) -> None:
-        del batch
-
-    return sub_app
+    return subscriber_app()
 
 
 async def subscriber_batches(runs: int, explain: bool = False) -> list[Measurement]:
     """Scenario 9: rows written per delivered batch, per subscriber (5 submissions on 5
     Threads per run, each emitting one record)."""
-    names = ("callable", "required")
+    from bench_app import SUBSCRIBER_NAMES
+
+    names = SUBSCRIBER_NAMES
     out = {name: Measurement("9", SIM, f"{name}: rows written per delivered batch")
            for name in names}
     async with SimulatedObject(_subscriber_app()) as obj:
