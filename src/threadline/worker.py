@@ -270,7 +270,7 @@ class ThreadObjectBase(DurableObject):
         super().__init__(ctx, env)
         self.storage = CloudflareStorage(ctx.storage)
         self.space = Space(self.app, self.storage, name=_object_name(ctx),
-                           router=BindingRouter(env, self.binding))
+                           router=BindingRouter(env, self.binding), env=env)
         ctx.blockConcurrencyWhile(self.space.start)
 
     async def fetch(self, request: Any) -> Response:
