@@ -21,6 +21,7 @@ from threadline.errors import (
     RetryableAgentError,
     SchedulingError,
     SchemaError,
+    SignatureInvalid,
     StorageError,
     ThreadlineError,
     Unauthorized,
@@ -35,6 +36,7 @@ from threadline.schedules import CronSchedule, EverySchedule
 from threadline.space import Space
 from threadline.storage import SqliteStorage, Storage
 from threadline.threads import ApprovalDecision, RetryPolicy, Turn
+from threadline.webhooks import verify_signature
 
 __version__ = "0.1.0"
 
@@ -69,6 +71,7 @@ __all__ = [
     "SchedulingError",
     "SchemaError",
     "SequentialIds",
+    "SignatureInvalid",
     "Space",
     "SqliteStorage",
     "Storage",
@@ -78,4 +81,5 @@ __all__ = [
     "Turn",
     "Unauthorized",
     "ValidationFailed",
+    "verify_signature",
 ]
