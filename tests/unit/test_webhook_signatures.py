@@ -99,7 +99,7 @@ def test_a_receiver_rotating_its_secret_accepts_either_of_its_secrets() -> None:
     f"t={T},t={T},v1=abc",          # two times
     "t=12a,v1=abc",                 # not digits
     "t=-5,v1=abc",
-    "t=１２,v1=abc",                 # non-ASCII digits
+    "t=\uff11\uff12,v1=abc",        # non-ASCII (fullwidth) digits
     f"t={T},v1",                    # an entry without =
 ])
 def test_a_missing_or_malformed_header_is_refused(header: str | None) -> None:
