@@ -12,6 +12,7 @@ from threadline.errors import (
     ApiError,
     BindingUnavailable,
     Conflict,
+    DeliveryRefused,
     ErrorCode,
     Evicted,
     InvalidSchedule,
@@ -32,9 +33,11 @@ from threadline.maintenance import PassReport
 from threadline.maintenance.faults import Fault, RecoveryEvent
 from threadline.maintenance.host_lanes import LaneContext, LanePhase
 from threadline.maintenance.schedule_lanes import ScheduleContext
+from threadline.records import Record
 from threadline.schedules import CronSchedule, EverySchedule
 from threadline.space import Space
 from threadline.storage import SqliteStorage, Storage
+from threadline.subscribers import DeliveryContext, SubscriberSpec
 from threadline.threads import ApprovalDecision, RetryPolicy, Turn
 from threadline.webhooks import verify_signature
 
@@ -49,6 +52,8 @@ __all__ = [
     "Clock",
     "Conflict",
     "CronSchedule",
+    "DeliveryContext",
+    "DeliveryRefused",
     "ErrorCode",
     "EverySchedule",
     "Evicted",
@@ -63,6 +68,7 @@ __all__ = [
     "PassReport",
     "PayloadTooLarge",
     "RandomIds",
+    "Record",
     "RecoveryEvent",
     "RetryPolicy",
     "RetryableAgentError",
@@ -76,6 +82,7 @@ __all__ = [
     "SqliteStorage",
     "Storage",
     "StorageError",
+    "SubscriberSpec",
     "SystemClock",
     "ThreadlineError",
     "Turn",

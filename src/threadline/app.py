@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from threadline.config import RuntimeConfig
 from threadline.errors import InvalidSchedule, SchedulingError
 from threadline.maintenance.host_lanes import DEFAULT_DISPATCH_TIMEOUT, HostLanes, LaneFn
 from threadline.maintenance.schedule_lanes import ScheduleFn, Schedules
 from threadline.queues import MAX_QUEUE_BATCH, queue_spec
+from threadline.records import SUBMISSION_SETTLED, Record
 from threadline.schedules import DEFAULT_TZ, CronSchedule, EverySchedule, Schedule
-from threadline.subscribers import DEFAULT_DISPATCH_TIMEOUT as DELIVERY_TIMEOUT
-from threadline.subscribers import Start, Subscribers, SubscriberSpec
+from threadline.subscribers import (
+    DEFAULT_DISPATCH_TIMEOUT as DEFAULT_DELIVERY_TIMEOUT,
+)
+from threadline.subscribers import (
+    DeliveryContext,
+    Start,
+    Subscribers,
+    SubscriberSpec,
+)
 from threadline.threads.agents import AgentFn, AgentRegistry, binding_registry_key
 from threadline.webhooks import webhook_spec
 
@@ -22,6 +31,9 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=LaneFn)
 S = TypeVar("S", bound=ScheduleFn)
+#: A subscriber function: ``async fn(batch: list[Record]) -> None``.
+SubscriberFn = Callable[[list[Record]], Awaitable[None]]
+B = TypeVar("B", bound=SubscriberFn)
 
 
 class Application:
@@ -171,18 +183,92 @@ class Application:
         if schedule_id in self.lanes:
             raise InvalidSchedule(f"schedule {schedule_id!r}: a host lane already has that id")
 
+    def subscriber(
+        self,
+        name: str,
+        *,
+        kinds: Iterable[str] | None = None,
+        start: Start = "beginning",
+        version: int = 1,
+        required: bool = False,
+        batch: int = 100,
+        dispatch_timeout: timedelta = DEFAULT_DELIVERY_TIMEOUT,
+    ) -> Callable[[B], B]:
+        """Decorator declaring a subscriber: ``async fn(batch: list[Record]) -> None``.
+
+        ``fn`` gets the records of the space's Threads (those of ``kinds``; None: every
+        kind) in batches of at most ``batch``, in log order within each Thread, at least once
+        (deduplicate by ``record_id``): returning delivers the batch, raising
+        :class:`~threadline.DeliveryRefused` parks the subscriber (shown in ``/maintenance``,
+        logged once) until a deploy bumps ``version``, raising anything else retries the
+        batch with backoff. Each call is bounded by ``dispatch_timeout`` (1 ms to 300 s).
+        ``start="beginning"`` delivers the log from its start, in bounded waves beside native
+        work; ``"now"`` only what is appended after its first start; a bumped ``version``
+        delivers the log again from its start. ``required=True`` holds a Thread's next native
+        work until the subscriber has consumed that Thread's records. ::
+
+            @app.subscriber("crm-sync", kinds={"crm.contact"})
+            async def crm_sync(batch: list[threadline.Record]) -> None:
+                ...
+
+        Raises :class:`~threadline.SchedulingError` at once for a malformed or repeated
+        name, or an option out of bounds.
+        """
+        chosen = _kinds(kinds)
+        # Checked before fn is even given, so a bad declaration fails at import.
+        SubscriberSpec(name, _never, chosen, start, version, required, batch, dispatch_timeout)
+        if self.subscribers.get(name) is not None:
+            raise SchedulingError(f"subscriber {name!r} is already declared")
+
+        def register(fn: B) -> B:
+            if not callable(fn):
+                raise SchedulingError(f"subscriber {name!r}: the function must be callable")
+
+            async def deliver(records: list[Record], ctx: DeliveryContext) -> None:
+                result = fn(records)
+                if inspect.isawaitable(result):
+                    await result
+
+            self.subscribers.add(SubscriberSpec(name, deliver, chosen, start, version,
+                                                required, batch, dispatch_timeout))
+            return fn
+
+        return register
+
+    def on_settled(
+        self,
+        fn: B | None = None,
+        *,
+        name: str | None = None,
+        start: Start = "beginning",
+        version: int = 1,
+        required: bool = False,
+        batch: int = 100,
+        dispatch_timeout: timedelta = DEFAULT_DELIVERY_TIMEOUT,
+    ) -> Any:
+        """A subscriber to ``submission.settled`` records: ``@app.on_settled`` (named after
+        the function) or ``@app.on_settled(name=..., required=...)``; see :meth:`subscriber`."""
+
+        def register(target: B) -> B:
+            chosen = name if name is not None else target.__name__.lstrip("_")
+            return self.subscriber(
+                chosen, kinds={SUBMISSION_SETTLED}, start=start, version=version,
+                required=required, batch=batch, dispatch_timeout=dispatch_timeout)(target)
+
+        return register if fn is None else register(fn)
+
     def webhook(
         self,
         name: str,
         *,
         url: str,
         secret_env: str | Sequence[str],
-        kinds: str | Iterable[str] | None = None,
+        kinds: Iterable[str] | None = None,
         start: Start = "beginning",
         version: int = 1,
         required: bool = False,
         batch: int = 100,
-        dispatch_timeout: timedelta = DELIVERY_TIMEOUT,
+        dispatch_timeout: timedelta = DEFAULT_DELIVERY_TIMEOUT,
     ) -> SubscriberSpec:
         """Declare a subscriber that POSTs each batch of records to ``url`` as signed JSON.
 
@@ -195,7 +281,7 @@ class Application:
         ``/maintenance``. See :mod:`threadline.webhooks`. ::
 
             app.webhook("crm", url="https://crm.example.com/hooks/threadline",
-                        secret_env="CRM_WEBHOOK_SECRET", kinds=["submission.settled"])
+                        secret_env="CRM_WEBHOOK_SECRET", kinds={"submission.settled"})
 
         Raises :class:`~threadline.SchedulingError` at once for a bad url, secret name or
         option, or a name already declared.
@@ -210,18 +296,18 @@ class Application:
         name: str,
         *,
         binding: str = "EVENTS",
-        kinds: str | Iterable[str] | None = None,
+        kinds: Iterable[str] | None = None,
         start: Start = "beginning",
         version: int = 1,
         required: bool = False,
         batch: int = MAX_QUEUE_BATCH,
-        dispatch_timeout: timedelta = DELIVERY_TIMEOUT,
+        dispatch_timeout: timedelta = DEFAULT_DELIVERY_TIMEOUT,
     ) -> SubscriberSpec:
         """Declare a subscriber that sends each record to the Cloudflare Queue bound as
         ``binding`` (one message per record, ``sendBatch`` per batch; ``batch`` at most 100).
         See :mod:`threadline.queues`. ::
 
-            app.queue("audit", binding="EVENTS", kinds=["approval.requested"])
+            app.queue("audit", binding="EVENTS", kinds={"approval.requested"})
 
         Raises :class:`~threadline.SchedulingError` at once for a bad binding name or option,
         or a name already declared.
@@ -262,6 +348,21 @@ class Application:
     def binding_registry_key(self) -> str:
         """Stable hash of the registered agent names and versions (changes only with them)."""
         return binding_registry_key(self.agents)
+
+
+async def _never(records: list[Record], ctx: DeliveryContext) -> None:
+    """Stands for the function while a declaration is checked; never called."""
+
+
+def _kinds(kinds: Iterable[str] | None) -> frozenset[str] | None:
+    if kinds is None:
+        return None
+    if isinstance(kinds, str):
+        raise SchedulingError(f"kinds is a set of kinds, not the string {kinds!r}")
+    chosen = frozenset(kinds)
+    if not all(isinstance(kind, str) and kind for kind in chosen):
+        raise SchedulingError("kinds holds non-empty strings")
+    return chosen
 
 
 __all__ = ["Application"]

@@ -97,7 +97,7 @@ def queue_spec(
     name: str,
     *,
     binding: str = "EVENTS",
-    kinds: str | Iterable[str] | None = None,
+    kinds: Iterable[str] | None = None,
     start: Start = "beginning",
     version: int = 1,
     required: bool = False,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from datetime import datetime
+from typing import Any
 
 from threadline.api.context import ApiContext
 from threadline.api.http import Request, Response
@@ -25,8 +26,10 @@ from threadline.maintenance.faults import (
     RecoveryFaults,
 )
 from threadline.maintenance.host_lanes import epoch_ms, handler_for
+from threadline.maintenance.publication import Publication, subscribers_key
 from threadline.maintenance.readout import MaintenanceReadout
 from threadline.maintenance.schedule_lanes import ScheduleRunner, lanes_key
+from threadline.outbound import HttpPort
 from threadline.scheduling import (
     DELAYED,
     RECOVERY_EVENTS,
@@ -37,6 +40,7 @@ from threadline.scheduling import (
 from threadline.scheduling import state as generation
 from threadline.storage.port import Storage
 from threadline.storage.schema import migrate, schema_version
+from threadline.threads.model import digest
 from threadline.threads.runtime import ThreadRuntime
 
 
@@ -56,8 +60,13 @@ class Space:
         rng: random.Random | None = None,
         ids: IdSource | None = None,
         failpoints: Failpoints | None = None,
+        name: str = "",
+        env: Any = None,
+        http: HttpPort | None = None,
     ) -> None:
         self.app = app
+        #: The space's name, as subscribers' deliveries see it.
+        self.name = name
         self.storage = storage
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.rng = rng if rng is not None else random.SystemRandom()
@@ -95,10 +104,16 @@ class Space:
             # Each schedule runs as the concurrent host lane of its own id.
             self.lanes.register(declared.id, self.schedules.handler_for(declared),
                                 dispatch_timeout_ms=declared.dispatch_timeout_ms)
+        self.publication = Publication(
+            storage, self.clock, config, self.rng, app.subscribers, self.scheduler.due_queue,
+            self.scheduler.failpoints, space=name, env=env, http=http,
+            open_work=lambda thread_id: [
+                item.submission_id for item in self.runtime.ledger.thread_open(thread_id)],
+        )
         self.maintenance = Maintenance(MaintenanceParts(
             storage=storage, clock=self.clock, config=config, rng=self.rng,
             scheduler=self.scheduler, runtime=self.runtime, lanes=self.lanes,
-            faults=self.faults, bindings=self.bindings,
+            faults=self.faults, bindings=self.bindings, publication=self.publication,
         ))
         self.api = ApiContext(
             storage=storage,
@@ -112,7 +127,7 @@ class Space:
             maintenance=MaintenanceReadout(
                 self.faults, self.bindings, self.maintenance.reports,
                 schedules=self.schedules, host_lanes=app.lanes,
-                due_queue=self.scheduler.due_queue,
+                due_queue=self.scheduler.due_queue, publication=self.publication,
             ),
             changes=self.scheduler.gate,
         )
@@ -127,6 +142,8 @@ class Space:
         await self.storage.get_alarm()
         stored = generation.read_state(self.storage)
         key = lanes_key(self.app.schedules, self.app.lanes.ids)
+        if len(self.app.subscribers):
+            key = digest(key, subscribers_key(self.app.subscribers))
         if stored.lanes_key != key:
             # A deploy added, changed or removed a schedule or a host lane (or this is the
             # first start): their rows are read once. Otherwise nothing of them is read, so
@@ -136,6 +153,8 @@ class Space:
             self.schedules.start()
             # Host lanes a deploy removed would otherwise be claimed and parked forever.
             self.lanes.drop_removed()
+            # New subscribers get their cursors, removed ones lose theirs (logged).
+            self.publication.reconcile()
             # Recorded last: a start lost before it does both again (each is idempotent).
             self.storage.transaction(lambda: generation.set_lanes_key(self.storage, key))
         self.maintenance.start(stored)

@@ -41,6 +41,7 @@ from threadline.clock import ManualClock
 from threadline.errors import Conflict, Evicted, StorageError
 from threadline.ids import RandomIds
 from threadline.maintenance import PassReport
+from threadline.outbound import HttpPort
 from threadline.scheduling import (
     DELAYED,
     NATIVE,
@@ -178,8 +179,15 @@ class SimulatedObject:
         seed: int = 0,
         *,
         check_alarm_invariant: bool = False,
+        name: str = "default",
+        env: Any = None,
+        http: HttpPort | None = None,
     ) -> None:
         self.app = app
+        #: The space's name, env and outbound HTTP port, as subscribers' deliveries see them.
+        self.name = name
+        self.env = env
+        self.http = http
         self.clock = clock if clock is not None else ManualClock()
         self.seed = seed
         self.check_alarm_invariant = check_alarm_invariant
@@ -226,6 +234,9 @@ class SimulatedObject:
             rng=random.Random(f"rng:{label}"),
             ids=RandomIds(random.Random(f"ids:{label}")),
             failpoints=self.failpoints,
+            name=self.name,
+            env=self.env,
+            http=self.http,
         )
         self._install_crashes()
 

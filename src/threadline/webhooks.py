@@ -293,11 +293,17 @@ def check_secret_env(name: str, secret_env: object) -> tuple[str, ...]:
     return checked
 
 
-def kinds_of(kinds: str | Iterable[str] | None) -> frozenset[str] | None:
-    """A subscriber's kinds as declared: None for all, one kind, or several."""
+def kinds_of(kinds: Iterable[str] | None) -> frozenset[str] | None:
+    """A subscriber's kinds as declared: None for every kind, else a set of kinds (a lone
+    string is refused, as by ``@app.subscriber``: it is not the set of its characters)."""
     if kinds is None:
         return None
-    return frozenset((kinds,) if isinstance(kinds, str) else kinds)
+    if isinstance(kinds, str):
+        raise SchedulingError(f"kinds is a set of kinds, not the string {kinds!r}")
+    chosen = frozenset(kinds)
+    if not all(isinstance(kind, str) and kind for kind in chosen):
+        raise SchedulingError("kinds holds non-empty strings")
+    return chosen
 
 
 def webhook_spec(
@@ -305,7 +311,7 @@ def webhook_spec(
     *,
     url: str,
     secret_env: str | Sequence[str],
-    kinds: str | Iterable[str] | None = None,
+    kinds: Iterable[str] | None = None,
     start: Start = "beginning",
     version: int = 1,
     required: bool = False,

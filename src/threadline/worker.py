@@ -322,7 +322,12 @@ class ThreadObjectBase(DurableObject):
     def __init__(self, ctx: Any, env: Any) -> None:
         super().__init__(ctx, env)
         self.storage = CloudflareStorage(ctx.storage)
-        self.space = Space(self.app, self.storage)
+        # The object's name is its space (the Worker addresses it with getByName).
+        name = getattr(getattr(ctx, "id", None), "name", None)
+        # Subscribers reach out through the Worker's fetch; Queue bindings are adapted here,
+        # where JavaScript calls belong.
+        self.space = Space(self.app, self.storage, name=str(name or ""),
+                           env=DeliveryEnv(env), http=WorkersFetch())
         ctx.blockConcurrencyWhile(self.space.start)
 
     async def fetch(self, request: Any) -> Response:

@@ -22,6 +22,7 @@ def _dump(storage: SqliteStorage) -> list[tuple[str, str]]:
 EXPECTED_TABLES = {
     "tl_meta", "tl_lanes", "tl_maintenance", "tl_threads", "tl_submissions", "tl_journal",
     "tl_history", "tl_waits", "tl_abort_intents", "tl_outbox", "tl_messages", "tl_schedules",
+    "tl_subscribers",
 }
 EXPECTED_INDEXES = {
     "tl_lanes_due", "tl_submissions_open", "tl_waits_open",

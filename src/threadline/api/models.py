@@ -540,6 +540,39 @@ class HostLaneView(_Response):
     stalls: int
 
 
+class SubscriberView(_Response):
+    """One subscriber the application declares: its cursor over the log and how it is doing."""
+
+    name: str
+    kinds: list[str] | None = Field(description="The record kinds it gets (null: every kind).")
+    required: bool = Field(
+        description="Whether native work of a Thread waits until it consumed that Thread's"
+        " records.")
+    version: int
+    batch: int
+    dispatch_timeout_ms: int
+    state: Literal["delivering", "caught-up", "backing-off", "parked"] = Field(
+        description="`caught-up`: nothing past its cursor. `delivering`: records wait and it can"
+        " take them. `backing-off`: its last delivery failed; retried at `retry_at`. `parked`:"
+        " its destination refused a batch for good (`detail`); a deploy that bumps its version"
+        " delivers again."
+    )
+    cursor: int = Field(description="The log position of the last record it consumed.")
+    log_end: int = Field(description="The log position of the space's newest record.")
+    delivered: int = Field(description="Batches delivered since its version started.")
+    delivered_at: int | None
+    failures: int = Field(description="Failed deliveries in a row.")
+    retry_at: int | None
+    error_type: str | None
+    error: str | None
+    detail: str | None = Field(description="What the refusal that parked it kept.")
+    failed_at: int | None
+    waiting_threads: list[str] = Field(
+        description="Required subscribers: the Threads whose native work waits for it.")
+    waiting_submissions: list[str] = Field(
+        description="Required subscribers: the open submissions of those Threads.")
+
+
 class MaintenanceView(_Response):
     """The object's maintenance state: lanes, generation, alarm, faults, recent passes,
     schedules and host lanes."""
@@ -559,6 +592,10 @@ class MaintenanceView(_Response):
     )
     host_lanes: list[HostLaneView] = Field(
         description="The host lanes this deployment declares (`@app.lane`), by id."
+    )
+    subscribers: list[SubscriberView] = Field(
+        default_factory=list,
+        description="The subscribers this deployment declares (`@app.subscriber`), by name.",
     )
 
 

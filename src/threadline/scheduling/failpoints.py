@@ -58,9 +58,15 @@ SCHEDULE_LOCATIONS: tuple[str, ...] = (
     "schedule:run:returned",
     "schedule:run:completed",
 )
+#: Boundaries of one subscriber batch: right before its delivery is called, and after it
+#: returned (before its cursor is written).
+PUBLICATION_LOCATIONS: tuple[str, ...] = (
+    "publication:deliver:before",
+    "publication:deliver:after",
+)
 #: Every location :meth:`Failpoints.install` accepts by default.
 FAILPOINT_LOCATIONS: frozenset[str] = frozenset(
-    MAINTENANCE_LOCATIONS + RUNTIME_LOCATIONS + SCHEDULE_LOCATIONS
+    MAINTENANCE_LOCATIONS + RUNTIME_LOCATIONS + SCHEDULE_LOCATIONS + PUBLICATION_LOCATIONS
 )
 
 #: A handler gets the location; it may raise, or return an awaitable for :meth:`reached`.
@@ -159,6 +165,7 @@ class FailpointGate:
 __all__ = [
     "FAILPOINT_LOCATIONS",
     "MAINTENANCE_LOCATIONS",
+    "PUBLICATION_LOCATIONS",
     "RUNTIME_LOCATIONS",
     "SCHEDULE_LOCATIONS",
     "FailpointGate",

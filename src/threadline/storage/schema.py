@@ -526,10 +526,59 @@ _LANES_KEY = (
     "ALTER TABLE tl_maintenance ADD COLUMN lanes_key TEXT",
 )
 
+# Subscribers: one durable cursor each over the space's log.
+# - tl_history becomes a rowid table whose ``pos`` (the rowid) orders every record of the
+#   space as it was appended: a new row's rowid is above every row present, and appends run in
+#   the object's synchronous transactions, so a record never commits below a position a
+#   cursor has passed. One cursor row per subscriber then finds its next batch with one seek
+#   (``pos > cursor``), whatever the number of Threads, and a batch spanning many Threads is
+#   still one row written. It costs one more b-tree entry per record (the rowid table beside
+#   the unique (thread_id, seq) and record_id keys). History rows are never deleted: a deleted
+#   newest row would let its rowid be handed out again (AUTOINCREMENT, which forbids that,
+#   writes sqlite_sequence on every append). Existing rows are numbered Thread by Thread, in
+#   seq order, which is all a cursor needs: records of different Threads are not ordered.
+# - tl_subscribers holds each subscriber's cursor, version, failure streak and parking. It
+#   has no secondary index: a delivered batch writes its one row and nothing else.
+_SUBSCRIBERS = (
+    "ALTER TABLE tl_history RENAME TO tl_history_old",
+    """CREATE TABLE tl_history (
+        pos INTEGER PRIMARY KEY,
+        thread_id TEXT NOT NULL REFERENCES tl_threads (id),
+        seq INTEGER NOT NULL CHECK (seq >= 1),
+        record_id TEXT NOT NULL UNIQUE,
+        submission_id TEXT,
+        kind TEXT NOT NULL,
+        body_json TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        UNIQUE (thread_id, seq)
+    )""",
+    """INSERT INTO tl_history (thread_id, seq, record_id, submission_id, kind, body_json,
+        created_at)
+    SELECT thread_id, seq, record_id, submission_id, kind, body_json, created_at
+    FROM tl_history_old ORDER BY thread_id, seq""",
+    "DROP TABLE tl_history_old",
+    """CREATE TABLE tl_subscribers (
+        name TEXT PRIMARY KEY NOT NULL,
+        version INTEGER NOT NULL CHECK (version >= 1),
+        cursor INTEGER NOT NULL CHECK (cursor >= 0),
+        state TEXT NOT NULL CHECK (state IN ('active', 'parked')),
+        failures INTEGER NOT NULL DEFAULT 0 CHECK (failures >= 0),
+        retry_at INTEGER,
+        delivered INTEGER NOT NULL DEFAULT 0 CHECK (delivered >= 0),
+        delivered_at INTEGER,
+        error_type TEXT,
+        error TEXT,
+        detail TEXT,
+        failed_at INTEGER,
+        reported INTEGER NOT NULL DEFAULT 0 CHECK (reported IN (0, 1))
+    ) WITHOUT ROWID""",
+)
+
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
 MIGRATIONS: list[tuple[str, ...]] = [
     _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS, _LEAN_SUBMISSIONS,
     _LEAN_OUTBOX, _HELD_FOLLOWERS, _LOSSES, _SCHEDULES, _DELAYED, _LANES_KEY,
+    _SUBSCRIBERS,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

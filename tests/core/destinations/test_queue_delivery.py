@@ -90,7 +90,7 @@ def test_a_record_over_the_message_limit_parks_naming_it_and_sends_nothing() -> 
 
 def test_app_queue_registers_a_subscriber_with_the_given_options() -> None:
     app = threadline.Application()
-    spec = app.queue("audit", binding="AUDIT", kinds="approval.requested", start="now",
+    spec = app.queue("audit", binding="AUDIT", kinds={"approval.requested"}, start="now",
                      version=2, required=True, batch=50, dispatch_timeout=timedelta(seconds=3))
     assert app.subscribers.get("audit") is spec
     assert (spec.kinds, spec.start, spec.version, spec.required, spec.batch) == (
