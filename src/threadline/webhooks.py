@@ -175,16 +175,18 @@ def batch_body(space: str, subscriber: str, batch: Sequence[Record]) -> bytes:
     return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
-def idempotency_key(space: str, subscriber: str, version: int, batch: Sequence[Record]) -> str:
+def idempotency_key(subscriber: str, version: int, batch: Sequence[Record]) -> str:
     """A name for the batch's records, the same whenever the same records are delivered again.
 
-    A digest of the space, the subscriber, its version and every record id, in order: a retry
-    of the same batch carries the same key, a redelivery after a ``version`` bump (a backfill
-    asked for on purpose) a new one. A retry that gathers more records is another batch with
-    another key, so receivers deduplicate each record by its ``record_id`` as well.
+    A digest of the subscriber, its version and every record id, in order: a retry of the same
+    batch carries the same key, a redelivery after a ``version`` bump (a backfill asked for on
+    purpose) a new one. Record ids are unique across spaces (they carry a random submission
+    id), so the space is left out and nothing but the records can change the key. A retry that
+    gathers more records is another batch with another key, so receivers deduplicate each
+    record by its ``record_id`` as well.
     """
     digest = hashlib.sha256()
-    for part in ("threadline-webhook", space, subscriber, str(version)):
+    for part in ("threadline-webhook", subscriber, str(version)):
         digest.update(part.encode("utf-8") + b"\x00")
     for record in batch:
         digest.update(record.record_id.encode("utf-8") + b"\n")
@@ -208,8 +210,7 @@ class Webhook:
         headers = {
             "content-type": "application/json",
             "user-agent": "threadline-webhook",
-            IDEMPOTENCY_HEADER.lower(): idempotency_key(
-                ctx.space, ctx.subscriber, self.version, batch),
+            IDEMPOTENCY_HEADER.lower(): idempotency_key(ctx.subscriber, self.version, batch),
             SIGNATURE_HEADER.lower(): signature_header(body, secrets, ctx.now_ms // 1000),
         }
         http: HttpPort = ctx.http if ctx.http is not None else HttpxPort()

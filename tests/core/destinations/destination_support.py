@@ -65,6 +65,6 @@ def records(n: int, *, thread: str = "t1", start: int = 1, body: Any = None) -> 
 
 
 def context(env: Any, http: Any = None, *, subscriber: str = "crm",
-            now_ms: int = NOW_MS) -> DeliveryContext:
-    return DeliveryContext(space="acme", subscriber=subscriber, env=env, http=http,
+            now_ms: int = NOW_MS, space: str = "acme") -> DeliveryContext:
+    return DeliveryContext(space=space, subscriber=subscriber, env=env, http=http,
                            now_ms=now_ms)

@@ -154,6 +154,16 @@ def test_the_idempotency_key_is_the_same_for_a_redelivery_of_the_same_batch() ->
     assert first.headers["threadline-signature"] != again.headers["threadline-signature"]
 
 
+def test_the_idempotency_key_depends_on_the_records_not_on_the_space_name() -> None:
+    # An object started by its alarm may not know its name; a redelivery of the same records
+    # must still carry the same key.
+    spec, http = _spec(), FakeHttp()
+    _deliver(spec, records(3), http)
+    _deliver(spec, records(3), http, space="")
+    first, again = http.sent
+    assert _key(first) == _key(again)
+
+
 def test_the_idempotency_key_names_the_records_the_subscriber_and_its_version() -> None:
     http = FakeHttp()
     _deliver(_spec(), records(3), http)
