@@ -188,6 +188,21 @@ def test_the_workers_fetch_port_reports_a_refused_connection_as_an_error(
 
 
 
+def test_a_queue_batch_reaches_the_binding_as_json_messages(shared: Runtime) -> None:
+    reply = shared.request("/_queue")
+    assert reply.status == 200, (reply.status, reply.body, shared.output())
+    [call, missing] = reply.json()
+    assert missing == {"missing": True}
+    assert call == [
+        {"contentType": "json", "body": {"space": "acme", "subscriber": "audit", "record": {
+            "thread_id": "t", "seq": 1, "record_id": "r1", "submission_id": None,
+            "kind": "note", "body": {"text": "one", "none": None}, "created_at": 1}}},
+        {"contentType": "json", "body": {"space": "acme", "subscriber": "audit", "record": {
+            "thread_id": "t", "seq": 2, "record_id": "r2", "submission_id": "s",
+            "kind": "note", "body": [1, 2.5, True], "created_at": 2}}},
+    ]
+
+
 def _hook_records(requests: list[Received]) -> set[int]:
     return {record["body"]["n"] for request in requests
             for record in json.loads(request.body)["records"]}
