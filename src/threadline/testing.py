@@ -40,17 +40,19 @@ from threadline.app import Application
 from threadline.clock import ManualClock
 from threadline.errors import Conflict, Evicted, StorageError
 from threadline.ids import RandomIds
-from threadline.maintenance import PassReport
+from threadline.maintenance import PassReport, publication
 from threadline.outbound import HttpPort
 from threadline.scheduling import (
     DELAYED,
     NATIVE,
+    PUBLICATION,
     DueQueue,
     Failpoints,
     Scheduler,
     build_scheduler,
     read_state,
 )
+from threadline.scheduling.state import MaintenanceState
 from threadline.space import Space
 from threadline.storage import SqliteStorage
 from threadline.storage.port import Rows, SqlValue
@@ -582,6 +584,9 @@ def alarm_invariant_problem(
                              f"a delayed submission falls due at {waiting}")
         if problem is not None:
             return problem
+    problem = _subscribers_late(storage, app, queue, state)
+    if problem is not None:
+        return problem
     for row in storage.exec(_SCHEDULE_FIRES):
         schedule_id, next_fire = str(row["id"]), int(row["next_fire"])
         pending = row["pending_fire"]
@@ -596,6 +601,37 @@ def alarm_invariant_problem(
         if problem is not None:
             return problem
     return None
+
+
+def _subscribers_late(
+    storage: SqliteStorage, app: Application, queue: DueQueue, state: MaintenanceState
+) -> str | None:
+    """Why a declared subscriber that is not parked, with records it wants past its cursor,
+    has no pass coming, or None: the publication lane is due (by its retry time after a
+    failure), or the native lane is for a generation not processed yet (whose pass delivers
+    too)."""
+    if not len(app.subscribers):
+        return None
+    if state.processed < state.dirty:
+        return None
+    for name, stored in publication.read_rows(storage).items():
+        spec = app.subscribers.get(name)
+        if spec is None or stored.parked:
+            continue
+        kinds = {str(row["kind"]) for row in storage.exec(_KINDS_PAST, stored.cursor)}
+        if not any(spec.wants(kind) for kind in kinds):
+            continue
+        lane = queue.get(PUBLICATION)
+        if lane is None or lane.due_at is None:
+            return (f"subscriber {name!r} has records past its cursor but lane "
+                    f"{PUBLICATION!r} is idle")
+        if stored.retry_at is not None and lane.due_at > int(stored.retry_at):
+            return (f"subscriber {name!r} retries at {stored.retry_at} but lane "
+                    f"{PUBLICATION!r} is due at {lane.due_at}")
+    return None
+
+
+_KINDS_PAST = "SELECT DISTINCT kind FROM tl_history WHERE pos > ?"
 
 
 def _lane_late(

@@ -28,6 +28,10 @@ and humans act whenever the object waits for them. Every run must keep these inv
   completed fire present), no fire ran twice to completion, every fire of the window completed
   and every scheduled submission settled once, and at the end only the schedules' lanes are
   due, at their next fire.
+* with subscribers (a callable one, failing its first delivery, and a required one): every
+  record of the log was delivered at least once to each, every batch in log order within each
+  Thread and each Thread's records first delivered in order; each cursor ends at the log's end;
+  the required one held no Thread forever.
 * each delayed submission was admitted exactly once, behind the input its Thread received
   meanwhile, and no earlier than its due time (or aborted while scheduled), and each
   ``turn.submit`` admitted exactly once: its Thread holds just the submissions its agent's
@@ -51,8 +55,16 @@ from typing import Any
 
 import pytest
 
-from threadline import Application, LaneContext, ManualClock, RuntimeConfig, ScheduleContext
+from threadline import (
+    Application,
+    LaneContext,
+    ManualClock,
+    Record,
+    RuntimeConfig,
+    ScheduleContext,
+)
 from threadline.errors import Evicted
+from threadline.maintenance.publication import read_rows
 from threadline.schedules import fire_key
 from threadline.scheduling import FAILPOINT_LOCATIONS, read_state
 from threadline.scheduling.due_queue import DueQueue
@@ -84,6 +96,9 @@ class World:
     lane_waves: Counter[str] = field(default_factory=Counter)
     #: (schedule, fire) of each run of a schedule's function that returned.
     schedule_runs: list[tuple[str, int]] = field(default_factory=list)
+    #: Every batch each subscriber was handed, in order, across incarnations.
+    deliveries: dict[str, list[list[Record]]] = field(default_factory=dict)
+    mirror_failed: bool = False
 
 
 @contextmanager
@@ -108,7 +123,9 @@ def settlements_logged(world: World) -> Iterator[None]:
         transitions.settle = original  # type: ignore[assignment]
 
 
-def build_app(world: World, *, with_ghost: bool, schedules: bool = False) -> Application:
+def build_app(
+    world: World, *, with_ghost: bool, schedules: bool = False, subscribers: bool = False
+) -> Application:
     app = Application(CONFIG)
 
     def effect(turn: Turn, name: str) -> Callable[[], int]:
@@ -191,6 +208,25 @@ def build_app(world: World, *, with_ghost: bool, schedules: bool = False) -> App
             await ctx.submit("pulse-b", ctx.fire_ms, agent="step1")
             world.schedule_runs.append(("pulse", ctx.fire_ms))
 
+    @app.agent("chatty")
+    async def chatty(turn: Turn) -> Any:
+        for n in range(3):
+            await turn.emit({"n": n}, kind="chat")
+        return await turn.step("a", effect(turn, "a"))
+
+    if subscribers:
+
+        @app.subscriber("mirror", batch=2)
+        async def mirror(batch: list[Record]) -> None:
+            if not world.mirror_failed:
+                world.mirror_failed = True
+                raise RuntimeError("mirror unavailable")  # backs off, then delivers
+            world.deliveries.setdefault("mirror", []).append(batch)
+
+        @app.subscriber("ledger", required=True, batch=3)
+        async def ledger(batch: list[Record]) -> None:
+            world.deliveries.setdefault("ledger", []).append(batch)
+
     if with_ghost:
 
         @app.agent("ghost")
@@ -231,6 +267,8 @@ class Scenario:
     failing_statement: str | None = None
     #: Declare the schedules and run this long (ms of simulated time), not to quiescence.
     runs_for_ms: int | None = None
+    #: Declare the subscribers.
+    subscribers: bool = False
 
     @property
     def needs_deploy(self) -> bool:
@@ -280,7 +318,16 @@ DELAYED = Scenario(
     ),
 )
 SUBMIT_DELAY_MS = 2_000
-SCENARIOS = {s.name: s for s in (ONE, THREADS, LANES, SCHEDULES, DELAYED)}
+#: Records emitted by several Threads, delivered to a callable and a required subscriber.
+DELIVERY = Scenario(
+    "delivery",
+    (
+        Item("p1", "chatty"), Item("p1", "flow"), Item("p2", "chatty"), Item("p1", "step1"),
+        Item("p2", "chatty"), Item("p3", "step1"),
+    ),
+    subscribers=True,
+)
+SCENARIOS = {s.name: s for s in (ONE, THREADS, LANES, SCHEDULES, DELAYED, DELIVERY)}
 #: Humans look at the object once per simulated second; the alarm runs in between.
 TICK_MS = 1_000
 MAX_TICKS = 300
@@ -390,7 +437,8 @@ async def play(
     scenario: Scenario, seed: int, crash: tuple[str, int] | None, world: World
 ) -> Run:
     schedules = scenario.runs_for_ms is not None
-    obj = SimulatedObject(build_app(world, with_ghost=False, schedules=schedules),
+    obj = SimulatedObject(build_app(world, with_ghost=False, schedules=schedules,
+                                    subscribers=scenario.subscribers),
                           clock=ManualClock(START), seed=seed, check_alarm_invariant=True)
     if crash is not None and crash[0] == INSIDE_UNCERTAIN:
         world.crash_inside_uncertain = crash[1]
@@ -428,7 +476,8 @@ async def play(
         if quiet and not acted:
             if deployed:
                 break
-            await survive(obj, lambda: obj.redeploy(build_app(world, with_ghost=True)))
+            await survive(obj, lambda: obj.redeploy(
+                build_app(world, with_ghost=True, subscribers=scenario.subscribers)))
             deployed = True
     else:
         run.problems.append(f"not quiet after {MAX_TICKS} ticks; alarm at {obj.alarm_at}")
@@ -564,6 +613,8 @@ def check(run: Run, scenario: Scenario) -> list[str]:
                 problems.append(f"lane {lane_id} never ran")
     if scenario is DELAYED:
         problems += delayed_admissions(run, scenario, made, settlements)
+    if scenario is DELIVERY:
+        problems += delivery_problems(run)
     if scenario is THREADS:
         kinds = {(kind, thread) for _, kind, thread in run.world.events}
         wanted = {("parked", "t5"), ("created", "t4"), ("cleared", "t4")}
@@ -573,6 +624,40 @@ def check(run: Run, scenario: Scenario) -> list[str]:
             problems.append("the damaged timer never faulted its Thread")
         if run.failure is None or run.failure.remaining:
             problems.append("the failing statement never failed")
+    return problems
+
+
+def delivery_problems(run: Run) -> list[str]:
+    """What breaks at-least-once, per-Thread ordered delivery to each subscriber."""
+    problems: list[str] = []
+    logged = {(str(row["thread_id"]), int(row["seq"])): str(row["record_id"])
+              for row in run.obj.storage.exec("SELECT thread_id, seq, record_id FROM tl_history")}
+    if not logged:
+        problems.append("no record was appended")
+    end = int(run.obj.storage.exec("SELECT MAX(pos) AS pos FROM tl_history").one()["pos"] or 0)
+    rows = read_rows(run.obj.storage)
+    for name in ("mirror", "ledger"):
+        batches = run.world.deliveries.get(name, [])
+        got = {(record.thread_id, record.seq): record.record_id
+               for batch in batches for record in batch}
+        if got != logged:
+            problems.append(f"{name} missed records: {sorted(set(logged) - set(got))}")
+        firsts: dict[str, list[int]] = {}
+        for batch in batches:
+            for thread in {record.thread_id for record in batch}:
+                seqs = [record.seq for record in batch if record.thread_id == thread]
+                if seqs != sorted(seqs):
+                    problems.append(f"{name}: a batch out of order in {thread}: {seqs}")
+            for record in batch:
+                seen = firsts.setdefault(record.thread_id, [])
+                if record.seq not in seen:
+                    seen.append(record.seq)
+        for thread, seqs in firsts.items():
+            if seqs != sorted(seqs):
+                problems.append(f"{name}: {thread} first delivered out of order: {seqs}")
+        row = rows.get(name)
+        if row is None or row.cursor != end or row.parked:
+            problems.append(f"{name} ended at {row}, the log at {end}")
     return problems
 
 

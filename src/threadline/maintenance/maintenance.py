@@ -479,7 +479,9 @@ class Maintenance:
         if failure is not None:
             raise failure
 
-        if pub is not None and publishing:
+        if pub is not None and pub.declared and (publishing or tally.waves):
+            # A lane wave may have appended records too (a message refused for good, say):
+            # whatever is left to deliver has the publication lane due.
             pub.settle_lane(self._clock.now_ms())
             pub.report_parked()
         await self._fp.reached(FINISH_BEFORE)

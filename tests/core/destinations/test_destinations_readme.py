@@ -19,7 +19,7 @@ SECRET = "whsec_readme"
 
 def _examples() -> tuple[dict[str, Any], dict[str, Any]]:
     text = README.read_text(encoding="utf-8")
-    start = text.index("\n### Webhooks and queues\n")
+    start = text.index("\n## Webhooks and queues\n")
     section = text[start:text.index("\n## ", start + 1)]
     blocks = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
     assert len(blocks) == 2, "the section shows the declarations and the receiver"

@@ -9,8 +9,8 @@ import asyncio
 from subscribers_support import Recorder, clock, emit, maintenance_view, row, writer_app
 
 from threadline import Record
-from threadline.threads.model import SubmissionState
 from threadline.testing import SimulatedObject
+from threadline.threads.model import SubmissionState
 
 
 async def _backoff() -> None:

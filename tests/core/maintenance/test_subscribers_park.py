@@ -8,7 +8,7 @@ import asyncio
 import logging
 
 import pytest
-from subscribers_support import Recorder, clock, emit, maintenance_view, row, writer_app
+from subscribers_support import clock, emit, maintenance_view, row, writer_app
 
 from threadline import Application, DeliveryRefused, Record
 from threadline.testing import SimulatedObject

@@ -10,7 +10,7 @@ import logging
 from typing import Any
 
 import pytest
-from subscribers_support import CONFIG, clock, emit, maintenance_view, row
+from subscribers_support import CONFIG, clock, maintenance_view, row
 
 from threadline import Application, DeliveryRefused, Record, Turn
 from threadline.testing import SimulatedObject

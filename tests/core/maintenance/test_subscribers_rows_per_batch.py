@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from itertools import pairwise
 
 from subscribers_support import Recorder, clock, emit, writer_app
 
@@ -32,8 +33,7 @@ async def _rows_per_batch() -> None:
         after = obj.storage.meter.reading().rows_written
         assert len(written_at_call) == 6 and max(spans) >= 2
         # Between two calls of one wave: the previous batch's cursor row, nothing else.
-        assert [b - a for a, b in zip(written_at_call, written_at_call[1:], strict=False)] == [
-            1] * 5
+        assert [b - a for a, b in pairwise(written_at_call)] == [1] * 5
         publication = obj.space.publication
         assert publication.batches == {"sink": 6} and publication.cursor_writes == {"sink": 6}
         # The whole delivery: six cursor rows, and the publication lane made idle once.
