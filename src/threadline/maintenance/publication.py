@@ -76,8 +76,8 @@ _INSERT = (
 )
 _RESTART = (
     "UPDATE tl_subscribers SET version = ?, cursor = ?, state = 'active', failures = 0,"
-    " retry_at = NULL, error_type = NULL, error = NULL, detail = NULL, failed_at = NULL,"
-    " reported = 0 WHERE name = ?"
+    " retry_at = NULL, delivered = 0, delivered_at = NULL, error_type = NULL, error = NULL,"
+    " detail = NULL, failed_at = NULL, reported = 0 WHERE name = ?"
 )
 _DROP = "DELETE FROM tl_subscribers WHERE name = ?"
 # Compare-and-set on the cursor the batch was read after: a batch is consumed once.

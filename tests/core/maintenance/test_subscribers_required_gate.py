@@ -99,3 +99,37 @@ def test_a_parked_required_subscriber_blocks_only_its_threads_and_is_reported(
 ) -> None:
     caplog.set_level(logging.ERROR, logger="threadline.maintenance")
     asyncio.run(_parked_blocks_only_what_must_wait(caplog))
+
+
+async def _backing_off() -> None:
+    events: list[tuple[str, Any]] = []
+    failures = [RuntimeError("down"), RuntimeError("down")]
+    app = Application(CONFIG)
+
+    @app.agent("writer")
+    async def writer(turn: Turn) -> None:
+        events.append(("ran", turn.input["name"]))
+        for kind, body in turn.input["emit"]:
+            await turn.emit(body, kind=kind)
+
+    @app.subscriber("audit", required=True)
+    async def audit(batch: list[Record]) -> None:
+        if failures:
+            raise failures.pop()
+        events.extend(("audited", (record.thread_id, record.seq)) for record in batch)
+
+    async with SimulatedObject(app, clock=clock(), check_alarm_invariant=True) as obj:
+        _submit(obj, "a", "a1", ("note", 1))
+        held = _submit(obj, "a", "a2")
+        free = _submit(obj, "b", "b1")
+        await obj.run_alarms()
+        # a2 waited out the subscriber's two backoffs; b1 never waited.
+        assert events == [("ran", "a1"), ("ran", "b1"), ("audited", ("a", 1)), ("ran", "a2")]
+        assert obj.submission(held).state is SubmissionState.SETTLED
+        assert obj.submission(free).state is SubmissionState.SETTLED
+        stored = row(obj, "audit")
+        assert stored is not None and stored.failures == 0 and stored.cursor == 1
+
+
+def test_a_backing_off_required_subscriber_holds_its_threads_until_it_delivers() -> None:
+    asyncio.run(_backing_off())
