@@ -106,7 +106,7 @@ def test_a_webhook_without_its_secret_parks_naming_the_variable() -> None:
 async def _queue(env: Any) -> list[list[Any]]:
     app = writer_app()
     app.queue("audit", binding="EVENTS", batch=2)
-    async with SimulatedObject(app, clock=clock(), env=env, name="acme",
+    async with SimulatedObject(app, clock=clock(), env=env, space="acme",
                                check_alarm_invariant=True) as obj:
         emit(obj, "t", ("note", 1), ("note", 2), ("note", 3))
         await obj.run_alarms()
