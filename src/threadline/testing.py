@@ -287,7 +287,9 @@ class SimulatedObject:
             # Lost again while starting (a crash installed at a start-up failpoint).
             if not is_eviction(exc):
                 raise
-            await self.evict(named=named)
+            # Started again the same way (evict() as tests wrap it).
+            self._alarm_restart = not named
+            await self.evict()
 
     async def redeploy(self, app: Application) -> None:
         """Deploy ``app`` (new agents, versions or hooks) on the same storage: a restart."""
