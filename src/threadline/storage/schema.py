@@ -592,11 +592,19 @@ _SUBSCRIBERS = (
     ) WITHOUT ROWID""",
 )
 
+# The name of the space the object serves. The platform gives it (``ctx.id.name``) to an
+# object a request or an RPC reaches, not to one its alarm starts after an eviction or a
+# restart, so the object keeps it here: written once, by the first start or request that
+# names the space, and read with the rest of this row at every start.
+_SPACE_NAME = (
+    "ALTER TABLE tl_maintenance ADD COLUMN space_name TEXT",
+)
+
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
 MIGRATIONS: list[tuple[str, ...]] = [
     _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS, _LEAN_SUBMISSIONS,
     _LEAN_OUTBOX, _HELD_FOLLOWERS, _LOSSES, _SCHEDULES, _DELAYED, _LANES_KEY,
-    _JOINED_TO, _MESSAGE_ROUTING, _SUBSCRIBERS,
+    _JOINED_TO, _MESSAGE_ROUTING, _SUBSCRIBERS, _SPACE_NAME,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
