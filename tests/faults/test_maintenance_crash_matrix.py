@@ -836,7 +836,8 @@ def delivery_problems(run: Run, scenario: Scenario) -> list[str]:
     spaces = ({SPACE: run.obj} if run.deployment is None
               else dict(run.deployment.objects))
     names = ["mirror", "ledger", *(["hook"] if scenario.webhook else [])]
-    # Record ids are unique across spaces: a callable's batches are told apart by them.
+    # A webhook's request names its space; a callable's batches are told apart by their
+    # record ids, unique across spaces.
     hooked: dict[str, list[list[dict[str, Any]]]] = {}
     for body in run.world.receiver.handled:
         hooked.setdefault(str(body["space"]), []).append(body["records"])
