@@ -764,7 +764,9 @@ class SimulatedDeployment:
     another space are admitted by that space's object (:meth:`Space.admit_message`); a
     delivery that fails in transit (:meth:`fail_deliveries`, or the target lost while
     admitting) raises to the sender, which retries. :meth:`crash_at` loses one space's object
-    at a failpoint, as :meth:`SimulatedObject.crash_at` does.
+    at a failpoint, as :meth:`SimulatedObject.crash_at` does. ``env`` and ``http`` are the
+    Worker environment and outbound HTTP port every space's subscribers see (one Worker serves
+    them all).
     """
 
     def __init__(
@@ -775,11 +777,15 @@ class SimulatedDeployment:
         *,
         spaces: Iterable[str] = (),
         check_alarm_invariant: bool = False,
+        env: Any = None,
+        http: HttpPort | None = None,
     ) -> None:
         self.app = app
         self.clock = clock if clock is not None else ManualClock()
         self.seed = seed
         self.check_alarm_invariant = check_alarm_invariant
+        self.env = env
+        self.http = http
         #: The spaces' objects, by space id, in the order they were made.
         self.objects: dict[str, SimulatedObject] = {}
         #: Every cross-space delivery routed, in order.
@@ -798,7 +804,7 @@ class SimulatedDeployment:
             obj = SimulatedObject(
                 self.app, clock=self.clock, seed=self.seed * 1_000 + len(self.objects),
                 check_alarm_invariant=self.check_alarm_invariant, space=name,
-                router=self._router,
+                router=self._router, env=self.env, http=self.http,
             )
             self.objects[name] = obj
         return obj

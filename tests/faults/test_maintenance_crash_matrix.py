@@ -37,6 +37,18 @@ and humans act whenever the object waits for them. Every run must keep these inv
   record of the log was delivered at least once to each, every batch in log order within each
   Thread and each Thread's records first delivered in order; each cursor ends at the log's end;
   the required one held no Thread forever.
+* with everything that delivers at once (a deployment of two spaces; a webhook posting through
+  the deployment's outbound port, answering 503 once, a callable and a required subscriber; a
+  head taking follow-up input; messages into its own space and the peer's, one refused there):
+  every record of each space's log reached each subscriber (the webhook: in requests it
+  answered 2xx) at least once, in order per Thread, and each cursor ends at its log's end;
+  each message was admitted exactly once at its target; the follow-ups were joined once and
+  settled once with the head; every submission settled exactly once.
+* and when the required subscriber refuses a Thread's records for good (``DeliveryRefused``):
+  it is parked having consumed none of them; only the Threads with records past its cursor
+  have work waiting (every other submission settled, messages and the other subscribers went
+  on); the parking was logged once, naming Threads it holds, and ``/maintenance`` shows it
+  with exactly those Threads and their open submissions.
 * each delayed submission was admitted exactly once, behind the input its Thread received
   meanwhile, and no earlier than its due time (or aborted while scheduled), and each
   ``turn.submit`` admitted exactly once: its Thread holds just the submissions its agent's
@@ -53,27 +65,33 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
+import logging
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
 import pytest
 
+import threadline
 from threadline import (
     Application,
+    DeliveryRefused,
     LaneContext,
     ManualClock,
     Record,
     RuntimeConfig,
     ScheduleContext,
 )
+from threadline.api.http import Request
 from threadline.errors import Evicted
 from threadline.maintenance.publication import read_rows
+from threadline.outbound import OutboundResponse
 from threadline.records import MESSAGE_FAILED
 from threadline.schedules import fire_key
 from threadline.scheduling import FAILPOINT_LOCATIONS, read_state
@@ -125,6 +143,57 @@ class World:
     #: Every batch each subscriber was handed, in order, across incarnations.
     deliveries: dict[str, list[list[Record]]] = field(default_factory=dict)
     mirror_failed: bool = False
+    #: The webhook's receiver, shared by every space of the deployment.
+    receiver: Receiver = field(default_factory=lambda: Receiver(busy={2}))
+    #: The maintenance log's lines (parkings are reported there).
+    log: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Receiver:
+    """A webhook's destination behind the outbound port: keeps every request, answers 503 to
+    the ``busy`` ones (by arrival, from 1) and 200 to the others (``handled``); notes each
+    request whose signature does not verify (``forged``)."""
+
+    busy: set[int] = field(default_factory=set)
+    requests: list[bytes] = field(default_factory=list)
+    handled: list[dict[str, Any]] = field(default_factory=list)
+    forged: list[str] = field(default_factory=list)
+
+    async def post(self, url: str, *, headers: Mapping[str, str], body: bytes,
+                   timeout_ms: int) -> OutboundResponse:
+        self.requests.append(body)
+        signed = headers["threadline-signature"]
+        try:
+            at = int(signed.split(",")[0].removeprefix("t="))
+            threadline.verify_signature(body, signed, WEBHOOK_ENV["HOOK_SECRET"], now=at)
+        except (ValueError, threadline.SignatureInvalid) as error:
+            self.forged.append(str(error))
+        if len(self.requests) in self.busy:
+            return OutboundResponse(503)
+        self.handled.append(json.loads(body))
+        return OutboundResponse(200)
+
+
+class _Lines(logging.Handler):
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__(logging.ERROR)
+        self.lines = lines
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@contextmanager
+def maintenance_log(world: World) -> Iterator[None]:
+    """Keep the maintenance log's lines in the world for the run."""
+    logger = logging.getLogger("threadline.maintenance")
+    handler = _Lines(world.log)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
 
 
 @contextmanager
@@ -150,7 +219,8 @@ def settlements_logged(world: World) -> Iterator[None]:
 
 
 def build_app(
-    world: World, *, with_ghost: bool, schedules: bool = False, subscribers: bool = False
+    world: World, *, with_ghost: bool, schedules: bool = False, subscribers: bool = False,
+    webhook: bool = False, refuse: str | None = None,
 ) -> Application:
     app = Application(CONFIG)
 
@@ -266,7 +336,13 @@ def build_app(
 
         @app.subscriber("ledger", required=True, batch=3)
         async def ledger(batch: list[Record]) -> None:
+            if any(record.thread_id == refuse for record in batch):
+                raise DeliveryRefused(f"the ledger refuses {refuse}", detail="closed book")
             world.deliveries.setdefault("ledger", []).append(batch)
+
+    if webhook:
+        app.webhook("hook", url="https://receiver.example/hook", secret_env="HOOK_SECRET",
+                    batch=2)
 
     if with_ghost:
 
@@ -312,6 +388,10 @@ class Scenario:
     deployment: bool = False
     #: Declare the subscribers.
     subscribers: bool = False
+    #: Declare a webhook subscriber too (through the deployment's outbound port).
+    webhook: bool = False
+    #: The Thread whose records the required subscriber refuses for good (it parks).
+    refuse: str | None = None
 
     @property
     def needs_deploy(self) -> bool:
@@ -382,10 +462,27 @@ DELIVERY = Scenario(
     ),
     subscribers=True,
 )
+#: Everything that delivers, in a deployment of two spaces: a webhook, a callable and a
+#: required subscriber over both spaces' logs; a head taking the follow-up input behind it; a
+#: ``turn.send`` into its own space, one into the peer's and one refused there; Threads
+#: emitting records.
+DELIVERY_ALL = Scenario(
+    "delivery-all",
+    (
+        Item("f1", "chat"), Item("f1", "chat"), Item("f1", "chat"), Item("f1", "step1"),
+        Item("f1", "chat"), Item("m1", "messenger"), Item("p1", "chatty"),
+        Item("p2", "chatty"), Item("p1", "step1"),
+    ),
+    deployment=True, subscribers=True, webhook=True,
+)
+#: The same, the required subscriber refusing for good a batch that holds a record of p1.
+DELIVERY_REFUSED = replace(DELIVERY_ALL, name="delivery-refused", refuse="p1")
 SCENARIOS = {
     s.name: s
-    for s in (ONE, THREADS, LANES, SCHEDULES, DELAYED, FOLLOWUPS, MESSAGES, DELIVERY)
+    for s in (ONE, THREADS, LANES, SCHEDULES, DELAYED, FOLLOWUPS, MESSAGES, DELIVERY,
+              DELIVERY_ALL, DELIVERY_REFUSED)
 }
+WEBHOOK_ENV = {"HOOK_SECRET": "whsec_matrix"}
 #: Humans look at the object once per simulated second; the alarm runs in between.
 TICK_MS = 1_000
 MAX_TICKS = 300
@@ -504,11 +601,14 @@ async def play(
 ) -> Run:
     schedules = scenario.runs_for_ms is not None
     app = build_app(world, with_ghost=False, schedules=schedules,
-                    subscribers=scenario.subscribers)
+                    subscribers=scenario.subscribers, webhook=scenario.webhook,
+                    refuse=scenario.refuse)
     deployment = None
     if scenario.deployment:
-        deployment = SimulatedDeployment(app, clock=ManualClock(START), seed=seed,
-                                         spaces=(SPACE, PEER), check_alarm_invariant=True)
+        deployment = SimulatedDeployment(
+            app, clock=ManualClock(START), seed=seed, spaces=(SPACE, PEER),
+            check_alarm_invariant=True, env=WEBHOOK_ENV,
+            http=world.receiver if scenario.webhook else None)
         obj = deployment.space(SPACE)
     else:
         obj = SimulatedObject(app, clock=ManualClock(START), seed=seed,
@@ -554,7 +654,8 @@ async def play(
             if deployed:
                 break
             await survive(obj, lambda: obj.redeploy(
-                build_app(world, with_ghost=True, subscribers=scenario.subscribers)))
+                build_app(world, with_ghost=True, subscribers=scenario.subscribers,
+                          webhook=scenario.webhook, refuse=scenario.refuse)))
             deployed = True
     else:
         run.problems.append(f"not quiet after {MAX_TICKS} ticks; alarm at {obj.alarm_at}")
@@ -605,7 +706,7 @@ def visible_waits(
     """With the alarm cleared, open work must wait for a human (an approval, an unregistered
     agent, a recovery fault) or queue behind such a wait in its Thread."""
     problems = []
-    blocked = {fault.thread_id for fault in obj.space.faults.all()}
+    blocked = {fault.thread_id for fault in obj.space.faults.all()} | parked_gate(obj)
     for sub_id, item in zip(ids, scenario.items, strict=True):
         sub = obj.find(sub_id)
         if sub.state is SubmissionState.SETTLED or item.thread in blocked:
@@ -621,6 +722,14 @@ def visible_waits(
     return problems
 
 
+def parked_gate(obj: SimulatedObject) -> set[str]:
+    """The Threads whose native work waits for a parked required subscriber (an operator
+    must act; ``/maintenance`` shows them)."""
+    rows = read_rows(obj.storage)
+    return {thread for thread, name in obj.space.publication.gated().items()
+            if name in rows and rows[name].parked}
+
+
 def expected_outcome(item: Item) -> Outcome:
     return Outcome.ABORTED if item.human.startswith("abort") else Outcome.COMPLETED
 
@@ -632,8 +741,13 @@ def check(run: Run, scenario: Scenario) -> list[str]:
         problems.append(f"admitted {len(run.ids)} of {len(scenario.items)}")
     settlements = Counter(run.world.settlements)
     made = made_by_agents(run, scenario)
+    held = parked_gate(obj) if scenario.refuse else set()
+    waiting: set[str] = set()
     for sub_id, item in zip(run.ids, scenario.items, strict=False):
         sub = obj.find(sub_id)
+        if item.thread in held and sub.state is not SubmissionState.SETTLED:
+            waiting.add(sub_id)
+            continue  # it must wait: refusal_problems checks it
         if isinstance(sub, ScheduledSubmission):
             problems.append(f"{sub_id} ({item.agent}) was never admitted: due {sub.not_before}")
             continue
@@ -652,7 +766,7 @@ def check(run: Run, scenario: Scenario) -> list[str]:
     if len(failed) > allowed:
         problems.append(f"passes failed: {[(r.failure_type, r.failure_message) for r in failed]}")
     scheduled = [] if scenario is not SCHEDULES else schedule_problems(run, problems)
-    if set(settlements) != set(run.ids) | set(made) | set(scheduled):
+    if set(settlements) != (set(run.ids) - waiting) | set(made) | set(scheduled):
         problems.append(f"settlements of unknown submissions: {sorted(settlements)}")
     elapsed = obj.clock.now_ms() - START - (scenario.runs_for_ms or 0)
     if elapsed >= CONFIG.lease_ms:
@@ -690,12 +804,14 @@ def check(run: Run, scenario: Scenario) -> list[str]:
                 problems.append(f"lane {lane_id} never ran")
     if scenario is DELAYED:
         problems += delayed_admissions(run, scenario, made, settlements)
-    if scenario is FOLLOWUPS:
-        problems += followup_problems(run)
-    if scenario is MESSAGES:
+    if scenario in (FOLLOWUPS, DELIVERY_ALL, DELIVERY_REFUSED):
+        problems += followup_problems(run, scenario, held)
+    if scenario.deployment:
         problems += message_admissions(run, scenario, settlements)
-    if scenario is DELIVERY:
-        problems += delivery_problems(run)
+    if scenario.subscribers:
+        problems += delivery_problems(run, scenario)
+    if scenario.refuse:
+        problems += refusal_problems(run, scenario, held)
     if scenario is THREADS:
         kinds = {(kind, thread) for _, kind, thread in run.world.events}
         wanted = {("parked", "t5"), ("created", "t4"), ("cleared", "t4")}
@@ -708,38 +824,124 @@ def check(run: Run, scenario: Scenario) -> list[str]:
     return problems
 
 
-def delivery_problems(run: Run) -> list[str]:
-    """What breaks at-least-once, per-Thread ordered delivery to each subscriber."""
+_LOGGED = "SELECT thread_id, seq, record_id FROM tl_history"
+
+
+def delivery_problems(run: Run, scenario: Scenario) -> list[str]:
+    """What breaks at-least-once, per-Thread ordered delivery to each subscriber, in each
+    space: every record of its log delivered, every batch in log order within each Thread,
+    each Thread's records first delivered in order, every cursor at the log's end (but the
+    one a refusal parked: see :func:`refusal_problems`)."""
     problems: list[str] = []
-    logged = {(str(row["thread_id"]), int(row["seq"])): str(row["record_id"])
-              for row in run.obj.storage.exec("SELECT thread_id, seq, record_id FROM tl_history")}
-    if not logged:
-        problems.append("no record was appended")
-    end = int(run.obj.storage.exec("SELECT MAX(pos) AS pos FROM tl_history").one()["pos"] or 0)
-    rows = read_rows(run.obj.storage)
-    for name in ("mirror", "ledger"):
-        batches = run.world.deliveries.get(name, [])
-        got = {(record.thread_id, record.seq): record.record_id
-               for batch in batches for record in batch}
-        if got != logged:
-            problems.append(f"{name} missed records: {sorted(set(logged) - set(got))}")
-        firsts: dict[str, list[int]] = {}
-        for batch in batches:
-            for thread in {record.thread_id for record in batch}:
-                seqs = [record.seq for record in batch if record.thread_id == thread]
-                if seqs != sorted(seqs):
-                    problems.append(f"{name}: a batch out of order in {thread}: {seqs}")
-            for record in batch:
-                seen = firsts.setdefault(record.thread_id, [])
-                if record.seq not in seen:
-                    seen.append(record.seq)
-        for thread, seqs in firsts.items():
-            if seqs != sorted(seqs):
-                problems.append(f"{name}: {thread} first delivered out of order: {seqs}")
-        row = rows.get(name)
-        if row is None or row.cursor != end or row.parked:
-            problems.append(f"{name} ended at {row}, the log at {end}")
+    spaces = ({SPACE: run.obj} if run.deployment is None
+              else dict(run.deployment.objects))
+    names = ["mirror", "ledger", *(["hook"] if scenario.webhook else [])]
+    # A webhook's request names its space; a callable's batches are told apart by their
+    # record ids, unique across spaces.
+    hooked: dict[str, list[list[dict[str, Any]]]] = {}
+    for body in run.world.receiver.handled:
+        hooked.setdefault(str(body["space"]), []).append(body["records"])
+    for space, obj in spaces.items():
+        logged = {(str(row["thread_id"]), int(row["seq"])): str(row["record_id"])
+                  for row in obj.storage.exec(_LOGGED)}
+        if not logged and space == SPACE:
+            problems.append(f"{space}: no record was appended")
+        ids = set(logged.values())
+        end = int(obj.storage.exec("SELECT MAX(pos) AS pos FROM tl_history").one()["pos"] or 0)
+        rows = read_rows(obj.storage)
+        for name in names:
+            batches = ([[(r["thread_id"], r["seq"], r["record_id"]) for r in batch]
+                        for batch in hooked.get(space, [])] if name == "hook" else
+                       [[(r.thread_id, r.seq, r.record_id) for r in batch if r.record_id in ids]
+                        for batch in run.world.deliveries.get(name, [])])
+            what = f"{space}/{name}"
+            row = rows.get(name)
+            if name == "ledger" and space == SPACE and scenario.refuse:
+                continue  # parked: refusal_problems
+            problems += ordered_delivery(what, logged, batches)
+            if row is None or row.cursor != end or row.parked:
+                problems.append(f"{what} ended at {row}, the log at {end}")
+    if run.world.receiver.forged:
+        problems.append(f"webhook requests that do not verify: {run.world.receiver.forged}")
+    strays = {r.record_id for b in run.world.deliveries.get("mirror", []) for r in b} - {
+        str(row["record_id"]) for obj in spaces.values() for row in obj.storage.exec(_LOGGED)}
+    if strays:
+        problems.append(f"mirror got records no log holds: {sorted(strays)}")
     return problems
+
+
+def ordered_delivery(
+    what: str, logged: dict[tuple[str, int], str], batches: list[list[tuple[str, int, str]]]
+) -> list[str]:
+    """Every logged record in ``batches`` (each ``(thread, seq, record_id)``), each batch in
+    order within each Thread, each Thread's records first delivered in order."""
+    problems = []
+    got = {(thread, seq): record_id for batch in batches for thread, seq, record_id in batch}
+    if got != logged:
+        problems.append(f"{what} missed records: {sorted(set(logged) - set(got))}")
+    firsts: dict[str, list[int]] = {}
+    for batch in batches:
+        for thread in {thread for thread, _, _ in batch}:
+            seqs = [seq for t, seq, _ in batch if t == thread]
+            if seqs != sorted(seqs):
+                problems.append(f"{what}: a batch out of order in {thread}: {seqs}")
+        for thread, seq, _ in batch:
+            seen = firsts.setdefault(thread, [])
+            if seq not in seen:
+                seen.append(seq)
+    for thread, seqs in firsts.items():
+        if seqs != sorted(seqs):
+            problems.append(f"{what}: {thread} first delivered out of order: {seqs}")
+    return problems
+
+
+def refusal_problems(run: Run, scenario: Scenario, held: set[str]) -> list[str]:
+    """The required subscriber that refused for good: parked at its cursor, having consumed
+    no record of the refused Thread; reported once, with the Threads it holds; ``/maintenance``
+    shows it with exactly the Threads that have records it has not consumed and their open
+    work. Only that work waits: every other submission settled (checked by ``check``)."""
+    obj, problems = run.obj, []
+    row = read_rows(obj.storage).get("ledger")
+    end = int(obj.storage.exec("SELECT MAX(pos) AS pos FROM tl_history").one()["pos"])
+    if row is None or not row.parked or row.cursor >= end or row.detail != "closed book":
+        problems.append(f"the refusing ledger ended {row}, the log at {end}")
+    consumed = [r for b in run.world.deliveries.get("ledger", []) for r in b
+                if r.thread_id == scenario.refuse]
+    if consumed:
+        problems.append(f"the ledger consumed {scenario.refuse}'s records {consumed}")
+    past = {str(r["thread_id"]) for r in obj.storage.exec(
+        "SELECT DISTINCT thread_id FROM tl_history WHERE pos > ?", row.cursor if row else 0)}
+    if held != past or scenario.refuse not in held:
+        problems.append(f"the gate holds {sorted(held)}; records past the cursor: {sorted(past)}")
+    waiting = [sub_id for sub_id, item in zip(run.ids, scenario.items, strict=False)
+               if obj.find(sub_id).state is not SubmissionState.SETTLED]
+    refused_next = run.ids[max(i for i, item in enumerate(scenario.items)
+                               if item.thread == scenario.refuse)]
+    if refused_next not in waiting:
+        problems.append(f"{refused_next}, behind the refused records, did not wait")
+    lines = [line for line in run.world.log if "'ledger' is parked" in line]
+    named = set(lines[0].partition("waits for it: ")[2].partition(";")[0].split(", ")
+                if lines else ())
+    # Reported once, naming the Threads it held then: still held, the cursor never moved.
+    if len(lines) != 1 or scenario.refuse not in named or not named <= held:
+        problems.append(f"the parking was reported as {lines}")
+    view = asyncio.run(maintenance_view(obj))
+    entry = next((e for e in view["subscribers"] if e["name"] == "ledger"), None)
+    open_ids = {s.id for thread in held for s in obj.submissions(thread)
+                if s.state is not SubmissionState.SETTLED}
+    if (entry is None or entry["state"] != "parked" or entry["waiting_threads"] != sorted(held)
+            or set(entry["waiting_submissions"]) != open_ids or not set(waiting) <= open_ids):
+        problems.append(f"/maintenance shows {entry}; held {sorted(held)}, open {open_ids}")
+    return problems
+
+
+async def maintenance_view(obj: SimulatedObject) -> dict[str, Any]:
+    """``GET /v1/spaces/{space}/maintenance`` as the object answers it."""
+    response = await obj.space.handle(
+        Request.from_url("GET", f"http://object/v1/spaces/{obj.name}/maintenance"))
+    assert response.status == 200, response.body
+    body: dict[str, Any] = response.json()
+    return body
 
 
 def schedule_problems(run: Run, problems: list[str]) -> list[str]:
@@ -810,7 +1012,8 @@ def message_admissions(run: Run, scenario: Scenario, settlements: Counter[str]) 
     across: list[str] = []
     for sub_id, item in zip(run.ids, scenario.items, strict=False):
         sub = obj.find(sub_id)
-        if isinstance(sub, ScheduledSubmission) or sub.outcome is not Outcome.COMPLETED:
+        if (item.agent != "messenger" or isinstance(sub, ScheduledSubmission)
+                or sub.outcome is not Outcome.COMPLETED):
             continue
         _, here, there, refused, _ = sub.result
         by_id = {m.id: m for m in message_rows.of_submission(obj.storage, sub_id)}
@@ -877,11 +1080,14 @@ def delayed_admissions(
     return problems
 
 
-def followup_problems(run: Run) -> list[str]:
+def followup_problems(run: Run, scenario: Scenario, held: set[str]) -> list[str]:
     """The head joined the two chat inputs behind it once, and they settled with it; every
-    run of the head got the same list; the rest ran on their own, FIFO."""
+    run of the head got the same list; the rest ran on their own, FIFO (unless a parked
+    required subscriber holds the Thread: then they wait, unjoined)."""
     obj, problems = run.obj, []
-    head, one, two, other, last = (obj.submission(sub_id) for sub_id in run.ids)
+    ids = [sub_id for sub_id, item in zip(run.ids, scenario.items, strict=False)
+           if item.thread == "f1"]
+    head, one, two, other, last = (obj.submission(sub_id) for sub_id in ids)
     if head.result is None or head.result["followups"] != [1, 2]:
         problems.append(f"the head took {head.result}, not the inputs 1 and 2")
     for joined in (one, two):
@@ -891,9 +1097,10 @@ def followup_problems(run: Run) -> list[str]:
     for alone in (other, last):
         if alone.joined_to is not None:
             problems.append(f"{alone.id} was joined to {alone.joined_to}")
-    if last.result is None or last.result["followups"] != []:
+    waits = "f1" in held and last.state is not SubmissionState.SETTLED
+    if not waits and (last.result is None or last.result["followups"] != []):
         problems.append(f"the last chat input took {last.result}")
-    if not (other.settled_at or 0) <= (last.settled_at or 0):
+    if last.settled_at is not None and not (other.settled_at or 0) <= last.settled_at:
         problems.append("the last chat input settled before the input ahead of it")
     seen = run.world.followups_seen.get(head.id, [])
     if not seen or any(taken != [1, 2] for taken in seen):
@@ -951,7 +1158,7 @@ def dry_hits(name: str, seed: int) -> dict[str, int]:
 
 def played(scenario: Scenario, seed: int, crash: tuple[str, int] | None) -> Run:
     world = World()
-    with settlements_logged(world):
+    with settlements_logged(world), maintenance_log(world):
         return asyncio.run(play(scenario, seed, crash, world))
 
 

@@ -949,6 +949,13 @@ class Maintenance:
         if not scan.no_binding_waits:
             self._bindings.prune()
         self._queue.checkpoint_native(native)
+        if pub is not None and pub.declared:
+            # The checkpoint replaces the crash fallback, which stood for the records this
+            # generation appended too: those still undelivered keep their lane due, or an
+            # object lost before the pass's end would owe them with nothing left due.
+            undelivered = pub.next_due(now)
+            if undelivered is not None:
+                self._queue.set_due(PUBLICATION, undelivered)
 
     def _hold_followers(self, views: list[ThreadView]) -> list[ThreadView]:
         """Take the input queued behind each suspended head out of the live range.
