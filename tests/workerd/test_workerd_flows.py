@@ -242,7 +242,8 @@ def test_a_runtime_restarted_mid_flow_settles_each_submission_once(
 ) -> None:
     """Submissions admitted over HTTP, the runtime killed while some are queued or running
     (one Thread's head is waiting for an approval): after the restart each one settles, once,
-    and each Thread's history holds each run's records once, in submission order."""
+    and each Thread's log holds each run's records once, in submission order, each followed by
+    its settlement record."""
     space = "restart"
     first = start_runtime(tmp_path)
     try:
@@ -281,5 +282,9 @@ def test_a_runtime_restarted_mid_flow_settles_each_submission_once(
         assert [r["seq"] for r in records] == list(range(1, len(records) + 1))
         expected: list[tuple[str, str]] = []
         for location in locations:
-            expected.append((ids[location], "record"))
+            # The runtime's records framing each run's own, each once: the gate's approval
+            # request (however many times its Attempt asked), the settlement.
+            if location == gate:
+                expected.append((ids[location], "approval.requested"))
+            expected += [(ids[location], "record"), (ids[location], "submission.settled")]
         assert [(r["submission_id"], r["kind"]) for r in records] == expected

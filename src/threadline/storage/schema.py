@@ -526,10 +526,22 @@ _LANES_KEY = (
     "ALTER TABLE tl_maintenance ADD COLUMN lanes_key TEXT",
 )
 
+# One log: the settlement and approval records now go to tl_history with the Thread's other
+# records, so tl_outbox (written, never read) goes. Its rows are dropped, not moved. They were
+# never delivered to anyone, and they cannot join the log in their places: a Thread's seqs are
+# handed out already (clients resume SSE from them), so the rows could only be appended after
+# records newer than the facts they report. A consumer reading the log from the beginning
+# would then meet old settlements as if they had just happened, out of order. What they said
+# stays where it was also kept: the submission (outcome, result, error, settled_at) and its
+# waits. The log carries a settlement record for each submission settled from here on.
+_ONE_LOG = (
+    "DROP TABLE tl_outbox",
+)
+
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
 MIGRATIONS: list[tuple[str, ...]] = [
     _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS, _LEAN_SUBMISSIONS,
-    _LEAN_OUTBOX, _HELD_FOLLOWERS, _LOSSES, _SCHEDULES, _DELAYED, _LANES_KEY,
+    _LEAN_OUTBOX, _HELD_FOLLOWERS, _LOSSES, _SCHEDULES, _DELAYED, _LANES_KEY, _ONE_LOG,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

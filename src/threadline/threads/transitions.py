@@ -9,8 +9,9 @@ run expects a revision that no longer exists. Callers run these inside a gate tr
 
 from __future__ import annotations
 
+from threadline.records import SUBMISSION_SETTLED
 from threadline.storage.port import Storage
-from threadline.threads import outbox, waits
+from threadline.threads import history, waits
 from threadline.threads.model import (
     AbortState,
     JsonValue,
@@ -87,9 +88,6 @@ _APPLY_ABORT = (
 )
 _READ_INTENT_STATE = "SELECT state FROM tl_abort_intents WHERE submission_id = ?"
 _READ_INTENT_REASON = "SELECT state, reason FROM tl_abort_intents WHERE submission_id = ?"
-
-#: The kind of the outbox record published when a submission settles.
-SETTLED_KIND = "submission.settled"
 
 #: Open states that wait on the outside world: out of the live index (``dormant = 1``).
 #: Queued or ready input behind a suspended head may be dormant too (:func:`hold_followers`).
@@ -211,7 +209,8 @@ def settle(
     error: JsonValue = None,
     loss_counted: bool = False,
 ) -> bool:
-    """Settle once: the submission, its open waits, its abort intent and the settled record.
+    """Settle once: the submission, its open waits, its abort intent and its
+    ``submission.settled`` record in the Thread's log, written once by this compare-and-set.
 
     Settling a ``running`` submission ends its Attempt: as for :func:`move`, that restarts
     the loss streak unless ``loss_counted``. Returns False, having changed nothing, when the
@@ -234,11 +233,12 @@ def settle(
         body["result"] = decode_json(result_json)
     if error is not None:
         body["error"] = error
-    outbox.publish(
+    history.append_history(
         storage,
         record_id=f"{submission_id}:settled",
         thread_id=thread_id,
-        kind=SETTLED_KIND,
+        submission_id=submission_id,
+        kind=SUBMISSION_SETTLED,
         # The result inside was checked when it was encoded; the envelope adds one level.
         body_json=encode_json(body, max_depth=None),
         now=now,
@@ -297,7 +297,6 @@ def accepted_abort(storage: Storage, submission_id: str) -> dict[str, JsonValue]
 
 __all__ = [
     "DORMANT",
-    "SETTLED_KIND",
     "abort_accepted",
     "aborted_error",
     "accepted_abort",

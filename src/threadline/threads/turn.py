@@ -32,7 +32,16 @@ from threadline.errors import (
     ValidationFailed,
 )
 from threadline.storage.port import Storage
-from threadline.threads import delayed, journal, ledger, messages, outbox, transitions, views, waits
+from threadline.threads import (
+    delayed,
+    history,
+    journal,
+    ledger,
+    messages,
+    transitions,
+    views,
+    waits,
+)
 from threadline.threads.model import (
     MAX_SLEEP_SECONDS,
     ApprovalDecision,
@@ -367,9 +376,9 @@ class Turn:
                 raise
 
     async def emit(self, record: JsonValue, *, kind: str = "record") -> str:
-        """Append ``record`` to the Thread's canonical history and publish it; returns its id.
+        """Append ``record`` to the Thread's log; returns its id.
 
-        History, outbox row and publication-lane enrollment commit in one transaction. On
+        The record and the publication-lane enrollment commit in one transaction. On
         replay the record is found by its id and not appended again. ``kind`` matches
         ``KIND_PATTERN`` and does not start with a reserved prefix (``submission.``,
         ``approval.``, ``threadline.``: the runtime's own records); ``record`` fits
@@ -379,13 +388,13 @@ class Turn:
         _checked(lambda: check_kind(kind))
         record_id = f"{self.submission_id}:{self._key('emit')}"
         self._next_position()
-        if outbox.history_has(self._storage, record_id):
+        if history.history_has(self._storage, record_id):
             return record_id
         body_json = self._encode_or_fail(record, field="record")
         await self._boundary()
 
         def write() -> None:
-            outbox.append_history(
+            history.append_history(
                 self._storage, record_id=record_id, thread_id=self.thread_id,
                 submission_id=self.submission_id, kind=kind, body_json=body_json,
                 now=self._clock.now_ms(),

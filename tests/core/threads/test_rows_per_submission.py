@@ -17,7 +17,7 @@ from threadline.errors import Evicted, StorageError
 from threadline.storage import SqliteStorage
 from threadline.storage.port import Rows
 from threadline.testing import ThreadHarness
-from threadline.threads import ledger, outbox, transitions, views
+from threadline.threads import history, ledger, transitions, views
 from threadline.threads.model import Outcome, SubmissionState
 from threadline.threads.turn import Turn
 
@@ -171,10 +171,6 @@ def test_a_move_rewrites_the_open_work_index_only_when_it_crosses_dormant(
     assert statements[1:] == released
 
 
-def test_an_outbox_row_is_one_b_tree_entry(storage: SqliteStorage) -> None:
-    assert btrees_written(storage, outbox._INSERT_OUTBOX) == ["tl_outbox"]
-
-
 def test_only_a_threads_first_admission_writes_its_row(
     storage: SqliteStorage, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -209,13 +205,13 @@ def test_only_a_threads_first_admission_writes_its_row(
 
 
 def _append(storage: SqliteStorage, thread_id: str, n: int, now: int) -> int:
-    return outbox.append_history(
+    return history.append_history(
         storage, record_id=f"{thread_id}:r{n}", thread_id=thread_id, submission_id=None,
         kind="record", body_json="{}", now=now,
     )
 
 
-def test_appending_a_record_writes_the_record_and_its_outbox_row_only(
+def test_appending_a_record_writes_the_record_only(
     storage: SqliteStorage,
 ) -> None:
     storage.exec(_THREAD, "a", 10, 10)
@@ -224,7 +220,7 @@ def test_appending_a_record_writes_the_record_and_its_outbox_row_only(
     assert _append(storage, "a", 1, 20) == 1
     cost = storage.meter.reading() - before
     # No counter row of the Thread is rewritten: the next seq is read from the history's key.
-    assert cost.rows_written == 2
+    assert cost.rows_written == 1
     assert [_append(storage, "a", 2, 30), _append(storage, "b", 1, 40),
             _append(storage, "a", 3, 50)] == [2, 1, 3]
     a, b = views.thread(storage, "a"), views.thread(storage, "b")

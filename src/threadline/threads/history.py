@@ -1,9 +1,18 @@
-"""Canonical history (``tl_history``) and the publication outbox (``tl_outbox``).
+"""A Thread's log (``tl_history``): the one ordered record of what happened in it.
 
-A record is appended to the Thread's history and to the outbox in the same transaction as the
-fact it reports. Record ids are derived from the submission and the record's place in it, never
-from a clock or a counter of this incarnation, so a replayed Attempt finds its record already
-written instead of appending a duplicate, and a subscriber can deduplicate deliveries by id.
+It holds what agents emit and, under the reserved kinds of :mod:`threadline.records`, the
+runtime's own facts: a settlement (``submission.settled``), an approval request
+(``approval.requested``), a message refused for good (``message.failed``). Each record is
+appended in the transaction of the fact it reports, so a consumer that has read a Thread up to
+some seq has missed nothing before it: the SSE stream resumes from a seq, subscribers keep one
+cursor per Thread.
+
+Record ids are derived from the submission and the record's place in it (``<submission>:settled``,
+``<submission>:approval:<key>``, ``<submission>:<step key>``), never from a clock or a counter of
+this incarnation, so a replayed Attempt finds its record already written instead of appending a
+duplicate, and a consumer can deduplicate deliveries by id. Each writer appends its id once by
+the guard of its own fact: a settlement by its compare-and-set, an approval request by its
+wait's uniqueness, an emitted record by the id it finds (:func:`history_has`).
 """
 
 from __future__ import annotations
@@ -23,19 +32,11 @@ _INSERT_HISTORY = (
     "INSERT INTO tl_history (thread_id, seq, record_id, submission_id, kind, body_json,"
     " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
-_INSERT_OUTBOX = (
-    "INSERT INTO tl_outbox (record_id, thread_id, kind, body_json, created_at)"
-    " VALUES (?, ?, ?, ?, ?)"
-)
 _READ_HISTORY = (
     "SELECT seq, record_id, submission_id, kind, body_json, created_at FROM tl_history"
     " WHERE thread_id = ? AND seq > ? ORDER BY seq LIMIT ?"
 )
 
-
-def history_has(storage: Storage, record_id: str) -> bool:
-    """True when the history already holds ``record_id``."""
-    return storage.exec(_HISTORY_EXISTS, record_id).first() is not None
 
 
 def append_history(
@@ -48,25 +49,19 @@ def append_history(
     body_json: str,
     now: int,
 ) -> int:
-    """Append a canonical record to the Thread's history and publish it; returns its seq."""
+    """Append a record to the Thread's log; returns its seq.
+
+    Run it in the transaction of the fact the record reports, under that fact's guard, so
+    the record is written once and only with its fact.
+    """
     seq = int(storage.exec(_NEXT_HISTORY_SEQ, thread_id).one()["seq"])
     storage.exec(_INSERT_HISTORY, thread_id, seq, record_id, submission_id, kind, body_json, now)
-    publish(storage, record_id=record_id, thread_id=thread_id, kind=kind, body_json=body_json,
-            now=now)
     return seq
 
 
-def publish(
-    storage: Storage, *, record_id: str, thread_id: str, kind: str, body_json: str, now: int
-) -> None:
-    """Put a record in the outbox, in the transaction of the fact it reports.
-
-    The outbox does not check ids (a unique index would cost a billed row per record): each
-    caller publishes an id once by the constraint of its own fact, a history record by
-    tl_history's unique ``record_id``, a settlement by its compare-and-set, an approval
-    request by its wait's uniqueness.
-    """
-    storage.exec(_INSERT_OUTBOX, record_id, thread_id, kind, body_json, now)
+def history_has(storage: Storage, record_id: str) -> bool:
+    """True when the log already holds ``record_id``."""
+    return storage.exec(_HISTORY_EXISTS, record_id).first() is not None
 
 
 def last_history_seq(storage: Storage, thread_id: str) -> int:
@@ -77,8 +72,8 @@ def last_history_seq(storage: Storage, thread_id: str) -> int:
 def read_history(
     storage: Storage, thread_id: str, *, after: int = 0, limit: int = 100
 ) -> list[dict[str, object]]:
-    """A page of the Thread's canonical records after ``after``, oldest first."""
+    """A page of the Thread's records after ``after``, oldest first."""
     return storage.exec(_READ_HISTORY, thread_id, after, limit).rows
 
 
-__all__ = ["append_history", "history_has", "last_history_seq", "publish", "read_history"]
+__all__ = ["append_history", "history_has", "last_history_seq", "read_history"]
