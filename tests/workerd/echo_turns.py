@@ -2,8 +2,9 @@
 
 One turn: POST an ``echo`` submission, then read the Thread's open event stream until the
 run's record (the echo's reply) arrives, then on to its ``submission.settled`` record (not
-timed), so the next turn's reading starts with nothing of this one left on the stream. Client-side figures are taken on the
-driver's monotonic clock from the moment before the POST is sent:
+timed), so the next turn's reading starts with nothing of this one left on the stream.
+Client-side figures are taken on the driver's monotonic clock from the moment before the POST
+is sent:
 
 - ``admit``: the POST's round trip (admission committed, alarm armed, prompt pass requested);
 - ``first SSE event``: the first event of any kind after the POST (the submission announced);
