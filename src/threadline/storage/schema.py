@@ -538,10 +538,39 @@ _ONE_LOG = (
     "DROP TABLE tl_outbox",
 )
 
+# One b-tree per record instead of two: record_id is no longer UNIQUE (an index entry is a
+# billed row written per record). Each writer appends an id once by the guard of its own fact;
+# an emitted record is found again by its Attempt among the submission's records, which all
+# follow the submission's first claim: tl_submissions.history_from, where the Thread's log
+# ended then, set by that claim. A submission that may have been claimed before this version
+# (open, not queued: a claim never returns one to queued) reads its Thread's log from the start.
+_LEAN_HISTORY = (
+    "ALTER TABLE tl_history RENAME TO tl_history_old",
+    """CREATE TABLE tl_history (
+        thread_id TEXT NOT NULL REFERENCES tl_threads (id),
+        seq INTEGER NOT NULL CHECK (seq >= 1),
+        record_id TEXT NOT NULL,
+        submission_id TEXT,
+        kind TEXT NOT NULL,
+        body_json TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (thread_id, seq)
+    ) WITHOUT ROWID""",
+    """INSERT INTO tl_history (thread_id, seq, record_id, submission_id, kind, body_json,
+        created_at)
+    SELECT thread_id, seq, record_id, submission_id, kind, body_json, created_at
+    FROM tl_history_old""",
+    "DROP TABLE tl_history_old",
+    "ALTER TABLE tl_submissions ADD COLUMN history_from INTEGER"
+    " CHECK (history_from IS NULL OR history_from >= 0)",
+    "UPDATE tl_submissions SET history_from = 0 WHERE settled_at IS NULL AND state <> 'queued'",
+)
+
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
 MIGRATIONS: list[tuple[str, ...]] = [
     _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS, _LEAN_SUBMISSIONS,
     _LEAN_OUTBOX, _HELD_FOLLOWERS, _LOSSES, _SCHEDULES, _DELAYED, _LANES_KEY, _ONE_LOG,
+    _LEAN_HISTORY,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

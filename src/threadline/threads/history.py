@@ -10,16 +10,17 @@ cursor per Thread.
 Record ids are derived from the submission and the record's place in it (``<submission>:settled``,
 ``<submission>:approval:<key>``, ``<submission>:<step key>``), never from a clock or a counter of
 this incarnation, so a replayed Attempt finds its record already written instead of appending a
-duplicate, and a consumer can deduplicate deliveries by id. Each writer appends its id once by
-the guard of its own fact: a settlement by its compare-and-set, an approval request by its
-wait's uniqueness, an emitted record by the id it finds (:func:`history_has`).
+duplicate, and a consumer can deduplicate deliveries by id. The log does not enforce them
+unique (an index would cost a billed row per record): each writer appends its id once by the
+guard of its own fact, a settlement by its compare-and-set, an approval request by its wait's
+uniqueness, an emitted record by its Attempt finding the submission's records already written
+(:func:`submission_records`).
 """
 
 from __future__ import annotations
 
 from threadline.storage.port import Storage
 
-_HISTORY_EXISTS = "SELECT 1 AS present FROM tl_history WHERE record_id = ?"
 # One seek at the end of the Thread's primary-key range: a read instead of a counter row to
 # rewrite per record. The read and the insert after it run in one synchronous transaction of
 # the object, so no other append can take the same seq in between (and the primary key would
@@ -36,7 +37,14 @@ _READ_HISTORY = (
     "SELECT seq, record_id, submission_id, kind, body_json, created_at FROM tl_history"
     " WHERE thread_id = ? AND seq > ? ORDER BY seq LIMIT ?"
 )
-
+# A submission's records all follow its first claim (``history_from``, the Thread's last seq
+# then): nothing appends one for it before. So this reads the Thread's range since that claim,
+# not its whole log. NULL (never claimed) reads nothing: such a submission has no record.
+_SUBMISSION_RECORDS = (
+    "SELECT h.record_id FROM tl_submissions s JOIN tl_history h"
+    " ON h.thread_id = s.thread_id AND h.seq > s.history_from AND h.submission_id = s.id"
+    " WHERE s.id = ?"
+)
 
 
 def append_history(
@@ -51,17 +59,22 @@ def append_history(
 ) -> int:
     """Append a record to the Thread's log; returns its seq.
 
-    Run it in the transaction of the fact the record reports, under that fact's guard, so
-    the record is written once and only with its fact.
+    Run it in the transaction of the fact the record reports, under that fact's guard: the
+    log does not refuse a second record with the same id.
     """
     seq = int(storage.exec(_NEXT_HISTORY_SEQ, thread_id).one()["seq"])
     storage.exec(_INSERT_HISTORY, thread_id, seq, record_id, submission_id, kind, body_json, now)
     return seq
 
 
-def history_has(storage: Storage, record_id: str) -> bool:
-    """True when the log already holds ``record_id``."""
-    return storage.exec(_HISTORY_EXISTS, record_id).first() is not None
+def submission_records(storage: Storage, submission_id: str) -> set[str]:
+    """The ids of the records the log holds for a claimed submission (empty if none).
+
+    Reads the Thread's records since the submission's first claim only (see
+    ``tl_submissions.history_from``).
+    """
+    return {str(row["record_id"])
+            for row in storage.exec(_SUBMISSION_RECORDS, submission_id).rows}
 
 
 def last_history_seq(storage: Storage, thread_id: str) -> int:
@@ -76,4 +89,4 @@ def read_history(
     return storage.exec(_READ_HISTORY, thread_id, after, limit).rows
 
 
-__all__ = ["append_history", "history_has", "last_history_seq", "read_history"]
+__all__ = ["append_history", "last_history_seq", "read_history", "submission_records"]

@@ -23,9 +23,14 @@ from threadline.threads.model import (
     encode_json,
 )
 
+# The first claim also notes where the Thread's log ends (``history_from``): every record of
+# the submission follows it, so finding them reads the log from there, not from its start. In
+# the claim's own UPDATE (the row is written anyway) and only once: a later claim keeps it.
 _CLAIM = (
     "UPDATE tl_submissions SET state = 'running', attempts = attempts + 1,"
     " revision = revision + 1, lease_owner = ?, lease_expires_at = ?, not_before = NULL,"
+    " history_from = COALESCE(history_from, (SELECT COALESCE(MAX(h.seq), 0)"
+    " FROM tl_history h WHERE h.thread_id = tl_submissions.thread_id)),"
     " updated_at = ? WHERE id = ? AND state = ? AND revision = ?"
 )
 # ``dormant`` (1 exactly in the DORMANT states, by a CHECK) is set only by a move that crosses

@@ -211,6 +211,8 @@ class Turn:
         # Uncertain steps this Attempt journaled as started and not yet as finished or failed.
         self._unsettled: set[str] = set()
         self._revoked = False
+        # The ids of the submission's records in the log (see _logged), read at the first emit.
+        self._records: set[str] | None = None
 
     @property
     def input(self) -> JsonValue:
@@ -388,7 +390,7 @@ class Turn:
         _checked(lambda: check_kind(kind))
         record_id = f"{self.submission_id}:{self._key('emit')}"
         self._next_position()
-        if history.history_has(self._storage, record_id):
+        if record_id in self._logged():
             return record_id
         body_json = self._encode_or_fail(record, field="record")
         await self._boundary()
@@ -401,8 +403,17 @@ class Turn:
             )
 
         self._write(write, lanes=(PUBLICATION,))
+        self._logged().add(record_id)
         await self._failpoints.reached(EMIT_COMMITTED)
         return record_id
+
+    def _logged(self) -> set[str]:
+        """The ids of the submission's records in the log: read once per Attempt (the log
+        keeps no index of ids), then kept up to date by this Attempt's own appends; no other
+        Attempt of the submission writes while this one holds the claim."""
+        if self._records is None:
+            self._records = history.submission_records(self._storage, self.submission_id)
+        return self._records
 
     async def send(self, space: str, thread: str, input: JsonValue) -> str:
         """Queue ``input`` for the Thread ``thread`` of ``space``; returns the message id.

@@ -279,3 +279,59 @@ def test_a_lost_claim_is_counted_in_the_one_update_that_readies_it(
     assert (done.outcome, done.losses, done.loss_streak) == (Outcome.COMPLETED, 1, 0)
     # Five rows, as many as before the settlement restarted the streak.
     assert (storage.meter.reading() - before).rows_written == 5
+
+
+def test_a_log_record_is_one_b_tree_entry(storage: SqliteStorage) -> None:
+    # Its row only: no index of record ids to keep (workerd bills each entry as a row). The
+    # primary key's b-tree is the table of a WITHOUT ROWID table, listed once per instruction.
+    assert set(btrees_written(storage, history._INSERT_HISTORY)) == {"tl_history"}
+
+
+def test_a_replayed_emit_finds_its_record_reading_only_the_log_since_the_first_claim(
+    storage: SqliteStorage, clock: ManualClock
+) -> None:
+    app = Application()
+
+    @app.agent("talk")
+    async def talk(turn: Turn) -> object:
+        await turn.emit({"said": turn.input})
+        if turn.attempt == 1:
+            raise RuntimeError("again")
+        await turn.emit({"done": True})
+        return None
+
+    harness = ThreadHarness(storage, clock, lambda: app)
+    # A long log before it: what the replay must not read.
+    storage.exec(_THREAD, "t", 0, 0)
+    for n in range(1, 201):
+        history.append_history(storage, record_id=f"old:{n}", thread_id="t",
+                               submission_id="old", kind="record", body_json="{}", now=0)
+    sub = harness.admit("t", 1, agent="talk")
+    asyncio.run(harness.runtime.process_thread_head("t"))
+    # Between its Attempts another submission of the Thread settles (aborted while queued):
+    # a record of the Thread, not of this submission, after its first claim.
+    other = harness.admit("t", 2, agent="talk")
+    harness.ledger.request_abort(other.id, "no")
+    reads: list[int] = []
+    run = storage.exec
+
+    def spy(sql: str, *params: object) -> Rows:
+        rows = run(sql, *params)  # type: ignore[arg-type]
+        if sql == history._SUBMISSION_RECORDS:
+            reads.append(rows.rows_read)
+        return rows
+
+    storage.exec = spy  # type: ignore[method-assign]
+    clock.set(harness.get(sub.id).not_before or clock.now_ms())
+    asyncio.run(harness.runtime.process_thread_head("t"))
+    del storage.exec
+    assert harness.get(sub.id).outcome is Outcome.COMPLETED
+    logged = storage.exec("SELECT seq, record_id, kind FROM tl_history WHERE seq > 200"
+                          " ORDER BY seq").rows
+    assert [(row["record_id"], row["kind"]) for row in logged] == [
+        (f"{sub.id}:emit", "record"), (f"{other.id}:settled", "submission.settled"),
+        (f"{sub.id}:emit#2", "record"), (f"{sub.id}:settled", "submission.settled")]
+    # One read for the second Attempt: its own record, not the 200 before its first claim.
+    assert reads == [1]
+    assert storage.exec("SELECT history_from FROM tl_submissions WHERE id = ?",
+                        sub.id).scalar() == 200
