@@ -33,7 +33,7 @@ QUICK: dict[str, Any] = {"settled": [0, 100], "k": [10, 100], "burst": (50, 5), 
                          "schedules": [1, 100], "runs": 1}
 SYSTEMS = ("sim", "workerd", "agents")
 #: The scenarios each system measures: one none of whose scenarios is selected is not started.
-SCENARIOS_OF = {"sim": set("12578"), "workerd": set("1234578"), "agents": set("6")}
+SCENARIOS_OF = {"sim": set("125789"), "workerd": set("12345789"), "agents": set("6")}
 
 
 def _progress(message: str) -> None:
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, help="runs per figure (default 5, quick 1)")
     parser.add_argument("--only", action="append", choices=SYSTEMS,
                         help="run only these systems (repeatable)")
-    parser.add_argument("--scenario", action="append", choices=list("12345678"),
+    parser.add_argument("--scenario", action="append", choices=list("123456789"),
                         help="run only these scenarios (repeatable; results then go under "
                              ".threadline/bench-partial/ unless --out/--chart say)")
     parser.add_argument("--out", type=Path, help="results file (default bench/results.json)")
@@ -126,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
                     " [sqlite3]",
                     lambda n=n, submit=submit: sim.run_sync(
                         lambda: sim.schedule_fires(n, submit, runs, args.explain)))
+        runner.step("9 rows written per delivered batch, per subscriber [sqlite3]",
+                    lambda: sim.run_sync(lambda: sim.subscriber_batches(runs, args.explain)))
     if "workerd" in systems or "agents" in systems:
         from bench import live
 

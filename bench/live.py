@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "workerd"))
 sys.path.insert(0, str(ROOT / "bench" / "workerd"))
 
-from bench_app import FIRES  # noqa: E402
+from bench_app import FIRES, SUBSCRIBED, SUBSCRIBER_NAMES  # noqa: E402
 from workerd_runtime import Runtime  # noqa: E402
 
 BUNDLE = ROOT / ".threadline" / "bundle-bench"
@@ -50,7 +50,8 @@ def build_bundle() -> Path:
         [sys.executable, str(ROOT / "scripts" / "workerd" / "build.py"), "--out", str(BUNDLE),
          "--overlay", str(ROOT / "bench" / "workerd"), "--main", "bench_entry",
          "--durable-object", "BENCH=BenchThreadObject",
-         *(f"--durable-object={binding}={cls}" for _, binding, cls in FIRES.values())],
+         *(f"--durable-object={binding}={cls}"
+           for _, binding, cls in (*FIRES.values(), SUBSCRIBED))],
         check=True, stdout=subprocess.DEVNULL,
     )
     return BUNDLE
@@ -299,6 +300,35 @@ def schedule_fires(runtime: Runtime, schedules: int, submit: bool, runs: int
     return [fire, ran] if submit else [fire]
 
 
+def subscriber_batches(runtime: Runtime, runs: int) -> list[Measurement]:
+    """Scenario 9 in workerd: rows written per delivered batch, per subscriber (5 submissions
+    on 5 Threads per run, each emitting one record); the cursor rows are workerd's billed
+    ``rowsWritten`` of the subscribers' cursor statements."""
+    out = {name: Measurement("9", WORKERD, f"{name}: rows written per delivered batch")
+           for name in SUBSCRIBER_NAMES}
+    obj = Bench(runtime, SUBSCRIBED[0])
+    poll(obj.quiet, "the object to be quiet")
+    warm = obj.call("admit", thread="warm-up", agent="unit", input="{}")["id"]
+    poll(lambda: obj.status(warm)["state"] == "settled" and obj.quiet(), "the warm-up")
+    for run in range(runs):
+        since = obj.status()["alarms"]
+        before = obj.call("publication")["batches"]
+        obj.call("seed", n=5, agent="unit", input=json.dumps({"n": run}), prefix=f"sub-{run}")
+        poll(lambda since=since: obj.status()["alarms"] > since and obj.quiet(),
+             "the records to be delivered")
+        after = obj.call("publication")["batches"]
+        batches = {name: after.get(name, 0) - before.get(name, 0) for name in SUBSCRIBER_NAMES}
+        if not all(batches.values()):
+            raise ScenarioError(f"a subscriber got no batch: {batches}")
+        cursor_rows = sum(entry["rows_written"] for alarm in obj.alarms_since(since)
+                          for entry in alarm["by_statement"]
+                          if entry["sql"].startswith("UPDATE tl_subscribers SET cursor"))
+        for name in SUBSCRIBER_NAMES:
+            out[name].runs.append({"rows_written": cursor_rows / sum(batches.values()),
+                                   "batches": batches[name]})
+    return list(out.values())
+
+
 def run(runner: Any, systems: list[str], plan: dict[str, Any], runs: int,
         explain: bool) -> None:
     """Run the live scenarios of ``systems`` (``workerd``, ``agents``) through ``runner``."""
@@ -350,6 +380,8 @@ def _threadline_live(runner: Any, runtime: Runtime, plan: dict[str, Any], runs: 
         for n in plan["schedules"]:
             runner.step(f"8 N={n:,} schedules, one fire {_submitting(submit)} [workerd]",
                         lambda n=n, submit=submit: schedule_fires(runtime, n, submit, runs))
+    runner.step("9 rows written per delivered batch, per subscriber [workerd]",
+                lambda: subscriber_batches(runtime, runs))
 
 
 def _submitting(submit: bool) -> str:

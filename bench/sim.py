@@ -277,6 +277,48 @@ def _pending_timers(obj: SimulatedObject) -> int:
     return int(row["n"])
 
 
+def _subscriber_app() -> Any:
+    """Scenario 2's agent, with a callable subscriber and a required one."""
+    from bench_app import subscriber_app
+
+    return subscriber_app()
+
+
+async def subscriber_batches(runs: int, explain: bool = False) -> list[Measurement]:
+    """Scenario 9: rows written per delivered batch, per subscriber (5 submissions on 5
+    Threads per run, each emitting one record)."""
+    from bench_app import SUBSCRIBER_NAMES
+
+    names = SUBSCRIBER_NAMES
+    out = {name: Measurement("9", SIM, f"{name}: rows written per delivered batch")
+           for name in names}
+    async with SimulatedObject(_subscriber_app()) as obj:
+        log = StatementLog(obj.storage)
+        obj.admit("warm-up", "unit", {})
+        await obj.run_alarms()
+        publication = obj.space.publication
+        for run in range(runs):
+            before = dict(publication.batches)
+            _admit_many(obj, 5, "unit", {"n": run}, f"sub-{run}")
+            with log.measure() as cost:
+                await obj.run_alarms()
+            # The cursor rows: each subscriber's compare-and-set, one per batch delivered.
+            cursor_rows = sum(written for sql, (_, _, written) in cost.by_statement.items()
+                              if sql.startswith("UPDATE tl_subscribers SET cursor"))
+            batches = {name: publication.batches.get(name, 0) - before.get(name, 0)
+                       for name in names}
+            if not all(batches.values()):
+                raise ScenarioError(f"a subscriber got no batch: {batches}")
+            per_name = {name: publication.cursor_writes.get(name, 0) for name in names}
+            for name in names:
+                out[name].runs.append({
+                    "rows_written": cursor_rows / sum(batches.values()),
+                    "batches": batches[name],
+                    "cursor_writes_total": per_name[name],
+                })
+    return list(out.values())
+
+
 def run_sync(factory: Callable[[], Any]) -> Any:
     """Run one scenario coroutine on a fresh event loop."""
     return asyncio.run(factory())

@@ -101,6 +101,11 @@ def _judge_one_submission(ms: list[Measurement]) -> list[str]:
     ]
 
 
+def _judge_subscribers(ms: list[Measurement]) -> list[str]:
+    return [f"{m.case}: " + _at_most("rows written per batch", m.median("rows_written") or 0, 1)
+            for m in ms]
+
+
 def _judge_timers(ms: list[Measurement]) -> list[str]:
     return [f"{m.case}: " + _at_most("rows read", m.median("rows_read") or 0, 10) for m in ms]
 
@@ -168,6 +173,11 @@ SCENARIOS = [
         "nothing, or one submission, then that submission's run)",
         "rows read and written flat in N",
         judge=_judge_fires,
+    ),
+    Scenario(
+        "9", "subscribers (a callable and a required one): rows written per delivered batch",
+        "at most 1 row written per delivered batch, per subscriber",
+        judge=_judge_subscribers,
     ),
 ]
 

@@ -76,3 +76,23 @@ def schedule_app(schedules: int, submit: bool) -> Application:
     for n in range(schedules - 1):
         scheduled.every(IDLE_EVERY, id=f"idle-{n}")(idle)
     return scheduled
+
+
+#: Scenario 9's object: its name, Durable Object binding and class (``bench_entry``).
+SUBSCRIBED = ("subscribers", "SUBSCRIBED", "Subscribed")
+#: Scenario 9's subscribers.
+SUBSCRIBER_NAMES = ("callable", "required")
+
+
+def subscriber_app() -> Application:
+    """Scenario 9's application: the ``unit`` agent, a callable subscriber and a required one
+    (both take every record and do nothing with it)."""
+    subscribed = Application()
+    subscribed.agent("unit")(unit)
+
+    async def consume(batch: list[Any]) -> None:
+        del batch
+
+    subscribed.subscriber("callable", batch=100)(consume)
+    subscribed.subscriber("required", required=True, batch=100)(consume)
+    return subscribed

@@ -20,7 +20,7 @@ import time
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from bench_app import FIRES, schedule_app
+from bench_app import FIRES, SUBSCRIBED, schedule_app, subscriber_app
 from bench_app import app as bench_app
 from bench_meter import StatementLog
 from pyodide.ffi import jsnull
@@ -38,7 +38,7 @@ _SCHEDULED = "SELECT COUNT(*) AS n FROM tl_delayed"
 # The schedules that have fired, with their last fire (only ``pulse`` fires while the bench runs).
 _FIRED = "SELECT id, last_fire FROM tl_schedules WHERE last_fire IS NOT NULL"
 #: Scenario 8's object names -> their bindings.
-_FIRES_BINDINGS = {name: binding for name, binding, _ in FIRES.values()}
+_FIRES_BINDINGS = {name: binding for name, binding, _ in (*FIRES.values(), SUBSCRIBED)}
 
 # The example Worker's agent, unchanged, for the scenarios that go through the HTTP API.
 bench_app.agent("echo")(echo)
@@ -150,6 +150,10 @@ class BenchThreadObject(ThreadObjectBase):
         self.storage.transaction(admit)
         return {"admitted": int(n)}
 
+    async def op_publication(self) -> dict[str, Any]:
+        """Batches delivered to each subscriber by this incarnation (no SQL)."""
+        return {"batches": dict(self.space.publication.batches)}
+
     async def op_stale_alarm(self) -> dict[str, Any]:
         """Set the alarm to now, as an early or stale alarm would fire (not metered)."""
         self.storage.set_alarm(_now_ms())
@@ -219,5 +223,11 @@ class FiresHundredSubmit(BenchThreadObject):
     app = schedule_app(100, submit=True)
 
 
+class Subscribed(BenchThreadObject):
+    """Scenario 9: a callable subscriber and a required one."""
+
+    app = subscriber_app()
+
+
 __all__ = ["BenchThreadObject", "Default", "FiresHundred", "FiresHundredSubmit", "FiresOne",
-           "FiresOneSubmit", "ThreadObject"]
+           "FiresOneSubmit", "Subscribed", "ThreadObject"]

@@ -150,7 +150,8 @@ export function makeEntrypoint(className) {
   };
 }
 
-/** A workerd Durable Object class backed by a Python class: fetch and alarm handlers. */
+/** A workerd Durable Object class backed by a Python class: fetch and alarm handlers, and
+ * the RPC methods of ThreadObjectBase. */
 export function makeDurableObject(className) {
   return class extends DurableObject {
     constructor(ctx, env) {
@@ -170,6 +171,17 @@ export function makeDurableObject(className) {
     async alarm(alarmInfo) {
       const instance = await this.instance;
       return await invoke(this.bridge, instance, className, "alarm", [alarmInfo]);
+    }
+
+    // RPC methods of ThreadObjectBase, as workerd exposes a Python Durable Object's methods.
+    async wake_lane(...args) {
+      const instance = await this.instance;
+      return await invoke(this.bridge, instance, className, "wake_lane", args);
+    }
+
+    async admit_message(...args) {
+      const instance = await this.instance;
+      return await invoke(this.bridge, instance, className, "admit_message", args);
     }
   };
 }

@@ -12,6 +12,7 @@ from threadline.errors import (
     ApiError,
     BindingUnavailable,
     Conflict,
+    DeliveryRefused,
     ErrorCode,
     Evicted,
     InvalidSchedule,
@@ -31,10 +32,12 @@ from threadline.maintenance import PassReport
 from threadline.maintenance.faults import Fault, RecoveryEvent
 from threadline.maintenance.host_lanes import LaneContext, LanePhase
 from threadline.maintenance.schedule_lanes import ScheduleContext
+from threadline.records import Record
 from threadline.schedules import CronSchedule, EverySchedule
 from threadline.space import Space
 from threadline.storage import SqliteStorage, Storage
-from threadline.threads import ApprovalDecision, RetryPolicy, Turn
+from threadline.subscribers import DeliveryContext, SubscriberSpec
+from threadline.threads import ApprovalDecision, Followup, RetryPolicy, Turn
 
 __version__ = "0.1.0"
 
@@ -47,10 +50,13 @@ __all__ = [
     "Clock",
     "Conflict",
     "CronSchedule",
+    "DeliveryContext",
+    "DeliveryRefused",
     "ErrorCode",
     "EverySchedule",
     "Evicted",
     "Fault",
+    "Followup",
     "IdSource",
     "InvalidSchedule",
     "LaneContext",
@@ -61,6 +67,7 @@ __all__ = [
     "PassReport",
     "PayloadTooLarge",
     "RandomIds",
+    "Record",
     "RecoveryEvent",
     "RetryPolicy",
     "RetryableAgentError",
@@ -73,6 +80,7 @@ __all__ = [
     "SqliteStorage",
     "Storage",
     "StorageError",
+    "SubscriberSpec",
     "SystemClock",
     "ThreadlineError",
     "Turn",

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import timedelta
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from threadline.config import RuntimeConfig
 from threadline.errors import InvalidSchedule, SchedulingError
 from threadline.maintenance.host_lanes import DEFAULT_DISPATCH_TIMEOUT, HostLanes, LaneFn
 from threadline.maintenance.schedule_lanes import ScheduleFn, Schedules
+from threadline.records import SUBMISSION_SETTLED, Record
 from threadline.schedules import DEFAULT_TZ, CronSchedule, EverySchedule, Schedule
-from threadline.subscribers import Subscribers
+from threadline.subscribers import (
+    DEFAULT_DISPATCH_TIMEOUT as DEFAULT_DELIVERY_TIMEOUT,
+)
+from threadline.subscribers import (
+    DeliveryContext,
+    Start,
+    Subscribers,
+    SubscriberSpec,
+)
 from threadline.threads.agents import AgentFn, AgentRegistry, binding_registry_key
 
 if TYPE_CHECKING:
@@ -19,6 +29,9 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=LaneFn)
 S = TypeVar("S", bound=ScheduleFn)
+#: A subscriber function: ``async fn(batch: list[Record]) -> None``.
+SubscriberFn = Callable[[list[Record]], Awaitable[None]]
+B = TypeVar("B", bound=SubscriberFn)
 
 
 class Application:
@@ -44,11 +57,18 @@ class Application:
         #: The subscribers declared with :meth:`subscriber`, :meth:`webhook` and :meth:`queue`.
         self.subscribers = Subscribers()
 
-    def agent(self, name: str, *, version: str = "1") -> Callable[[AgentFn], AgentFn]:
-        """Decorator registering an async ``fn(turn)`` as the agent ``name`` at ``version``."""
+    def agent(
+        self, name: str, *, version: str = "1", join_followups: bool = False
+    ) -> Callable[[AgentFn], AgentFn]:
+        """Decorator registering an async ``fn(turn)`` as the agent ``name`` at ``version``.
+
+        With ``join_followups=True`` the agent may call :meth:`~threadline.Turn.followups` to
+        take the input submitted to its Thread while it runs: that input is joined into the
+        running submission and settles with it, instead of running after it.
+        """
 
         def register(fn: AgentFn) -> AgentFn:
-            self.agents.register(name, fn, version=version)
+            self.agents.register(name, fn, version=version, join_followups=join_followups)
             return fn
 
         return register
@@ -168,6 +188,80 @@ class Application:
         if schedule_id in self.lanes:
             raise InvalidSchedule(f"schedule {schedule_id!r}: a host lane already has that id")
 
+    def subscriber(
+        self,
+        name: str,
+        *,
+        kinds: Iterable[str] | None = None,
+        start: Start = "beginning",
+        version: int = 1,
+        required: bool = False,
+        batch: int = 100,
+        dispatch_timeout: timedelta = DEFAULT_DELIVERY_TIMEOUT,
+    ) -> Callable[[B], B]:
+        """Decorator declaring a subscriber: ``async fn(batch: list[Record]) -> None``.
+
+        ``fn`` gets the records of the space's Threads (those of ``kinds``; None: every
+        kind) in batches of at most ``batch``, in log order within each Thread, at least once
+        (deduplicate by ``record_id``): returning delivers the batch, raising
+        :class:`~threadline.DeliveryRefused` parks the subscriber (shown in ``/maintenance``,
+        logged once) until a deploy bumps ``version``, raising anything else retries the
+        batch with backoff. Each call is bounded by ``dispatch_timeout`` (1 ms to 300 s).
+        ``start="beginning"`` delivers the log from its start, in bounded waves beside native
+        work; ``"now"`` only what is appended after its first start; a bumped ``version``
+        delivers the log again from its start. ``required=True`` holds a Thread's next native
+        work until the subscriber has consumed that Thread's records. ::
+
+            @app.subscriber("crm-sync", kinds={"crm.contact"})
+            async def crm_sync(batch: list[threadline.Record]) -> None:
+                ...
+
+        Raises :class:`~threadline.SchedulingError` at once for a malformed or repeated
+        name, or an option out of bounds.
+        """
+        chosen = _kinds(kinds)
+        # Checked before fn is even given, so a bad declaration fails at import.
+        SubscriberSpec(name, _never, chosen, start, version, required, batch, dispatch_timeout)
+        if self.subscribers.get(name) is not None:
+            raise SchedulingError(f"subscriber {name!r} is already declared")
+
+        def register(fn: B) -> B:
+            if not callable(fn):
+                raise SchedulingError(f"subscriber {name!r}: the function must be callable")
+
+            async def deliver(records: list[Record], ctx: DeliveryContext) -> None:
+                result = fn(records)
+                if inspect.isawaitable(result):
+                    await result
+
+            self.subscribers.add(SubscriberSpec(name, deliver, chosen, start, version,
+                                                required, batch, dispatch_timeout))
+            return fn
+
+        return register
+
+    def on_settled(
+        self,
+        fn: B | None = None,
+        *,
+        name: str | None = None,
+        start: Start = "beginning",
+        version: int = 1,
+        required: bool = False,
+        batch: int = 100,
+        dispatch_timeout: timedelta = DEFAULT_DELIVERY_TIMEOUT,
+    ) -> Any:
+        """A subscriber to ``submission.settled`` records: ``@app.on_settled`` (named after
+        the function) or ``@app.on_settled(name=..., required=...)``; see :meth:`subscriber`."""
+
+        def register(target: B) -> B:
+            chosen = name if name is not None else target.__name__.lstrip("_")
+            return self.subscriber(
+                chosen, kinds={SUBMISSION_SETTLED}, start=start, version=version,
+                required=required, batch=batch, dispatch_timeout=dispatch_timeout)(target)
+
+        return register if fn is None else register(fn)
+
     def on_recovery_event(self, fn: RecoveryEventHook) -> RecoveryEventHook:
         """Decorator registering the host hook for recovery events (one per application).
 
@@ -199,6 +293,21 @@ class Application:
     def binding_registry_key(self) -> str:
         """Stable hash of the registered agent names and versions (changes only with them)."""
         return binding_registry_key(self.agents)
+
+
+async def _never(records: list[Record], ctx: DeliveryContext) -> None:
+    """Stands for the function while a declaration is checked; never called."""
+
+
+def _kinds(kinds: Iterable[str] | None) -> frozenset[str] | None:
+    if kinds is None:
+        return None
+    if isinstance(kinds, str):
+        raise SchedulingError(f"kinds is a set of kinds, not the string {kinds!r}")
+    chosen = frozenset(kinds)
+    if not all(isinstance(kind, str) and kind for kind in chosen):
+        raise SchedulingError("kinds holds non-empty strings")
+    return chosen
 
 
 __all__ = ["Application"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from datetime import datetime
+from typing import Any
 
 from threadline.api.context import ApiContext
 from threadline.api.http import Request, Response
@@ -25,10 +26,15 @@ from threadline.maintenance.faults import (
     RecoveryFaults,
 )
 from threadline.maintenance.host_lanes import epoch_ms, handler_for
+from threadline.maintenance.messages import MESSAGES_DISPATCH_TIMEOUT_MS, MessageDelivery
+from threadline.maintenance.publication import Publication, subscribers_key
 from threadline.maintenance.readout import MaintenanceReadout
 from threadline.maintenance.schedule_lanes import ScheduleRunner, lanes_key
+from threadline.messages import Accepted, MessageRouter, Verdict
+from threadline.outbound import HttpPort
 from threadline.scheduling import (
     DELAYED,
+    MESSAGES,
     RECOVERY_EVENTS,
     Failpoints,
     Scheduler,
@@ -37,6 +43,8 @@ from threadline.scheduling import (
 from threadline.scheduling import state as generation
 from threadline.storage.port import Storage
 from threadline.storage.schema import migrate, schema_version
+from threadline.threads import messages
+from threadline.threads.model import digest
 from threadline.threads.runtime import ThreadRuntime
 
 
@@ -45,6 +53,10 @@ class Space:
 
     One instance per object incarnation: its in-memory parts (the gate's active mutations, the
     runtime's active Attempts, its incarnation id) are rebuilt empty by the next one.
+
+    ``name`` is the space's id, when known: messages an agent sends into it are admitted
+    locally, in one transaction. ``router`` delivers messages into other spaces (see
+    :mod:`threadline.messages`); without one they fail with ``NoRoute``.
     """
 
     def __init__(
@@ -56,8 +68,13 @@ class Space:
         rng: random.Random | None = None,
         ids: IdSource | None = None,
         failpoints: Failpoints | None = None,
+        name: str | None = None,
+        router: MessageRouter | None = None,
+        env: Any = None,
+        http: HttpPort | None = None,
     ) -> None:
         self.app = app
+        self.name = name
         self.storage = storage
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.rng = rng if rng is not None else random.SystemRandom()
@@ -83,6 +100,12 @@ class Space:
                                          self.scheduler.failpoints)
         self.lanes.register(DELAYED, self.delayed.run_lane,
                             dispatch_timeout_ms=DELAYED_DISPATCH_TIMEOUT_MS)
+        self.messages = MessageDelivery(
+            storage, gate, app.agents, config, self.clock, self.rng, self.scheduler.failpoints,
+            space=name, router=router,
+        )
+        self.lanes.register(MESSAGES, self.messages.run_lane,
+                            dispatch_timeout_ms=MESSAGES_DISPATCH_TIMEOUT_MS)
         for lane in app.lanes:
             self.lanes.register(lane.id, handler_for(lane, storage),
                                 dispatch_timeout_ms=lane.dispatch_timeout_ms, phase=lane.phase)
@@ -95,10 +118,16 @@ class Space:
             # Each schedule runs as the concurrent host lane of its own id.
             self.lanes.register(declared.id, self.schedules.handler_for(declared),
                                 dispatch_timeout_ms=declared.dispatch_timeout_ms)
+        self.publication = Publication(
+            storage, self.clock, config, self.rng, app.subscribers, self.scheduler.due_queue,
+            self.scheduler.failpoints, space=name or "", env=env, http=http,
+            open_work=lambda thread_id: [
+                item.submission_id for item in self.runtime.ledger.thread_open(thread_id)],
+        )
         self.maintenance = Maintenance(MaintenanceParts(
             storage=storage, clock=self.clock, config=config, rng=self.rng,
             scheduler=self.scheduler, runtime=self.runtime, lanes=self.lanes,
-            faults=self.faults, bindings=self.bindings,
+            faults=self.faults, bindings=self.bindings, publication=self.publication,
         ))
         self.api = ApiContext(
             storage=storage,
@@ -112,7 +141,7 @@ class Space:
             maintenance=MaintenanceReadout(
                 self.faults, self.bindings, self.maintenance.reports,
                 schedules=self.schedules, host_lanes=app.lanes,
-                due_queue=self.scheduler.due_queue,
+                due_queue=self.scheduler.due_queue, publication=self.publication,
             ),
             changes=self.scheduler.gate,
         )
@@ -127,6 +156,8 @@ class Space:
         await self.storage.get_alarm()
         stored = generation.read_state(self.storage)
         key = lanes_key(self.app.schedules, self.app.lanes.ids)
+        if len(self.app.subscribers):
+            key = digest(key, subscribers_key(self.app.subscribers))
         if stored.lanes_key != key:
             # A deploy added, changed or removed a schedule or a host lane (or this is the
             # first start): their rows are read once. Otherwise nothing of them is read, so
@@ -136,6 +167,8 @@ class Space:
             self.schedules.start()
             # Host lanes a deploy removed would otherwise be claimed and parked forever.
             self.lanes.drop_removed()
+            # New subscribers get their cursors, removed ones lose theirs (logged).
+            self.publication.reconcile()
             # Recorded last: a start lost before it does both again (each is idempotent).
             self.storage.transaction(lambda: generation.set_lanes_key(self.storage, key))
         self.maintenance.start(stored)
@@ -162,6 +195,26 @@ class Space:
             raise SchedulingError(f"a lane cursor is an int >= 0, got {cursor!r}")
         due = self.clock.now_ms() if at is None else epoch_ms(at, what="the wake time")
         self.scheduler.gate.schedule(lane_id, due, cursor)
+
+    def admit_message(
+        self, message_id: str, to_thread: str, agent: str | None, input_json: str
+    ) -> Verdict:
+        """Admit a message another space's object sent (see :mod:`threadline.messages`).
+
+        Idempotent by ``message_id``: the same message delivered again answers with the
+        submission it became the first time. The submission, its native work and the alarm
+        commit together, then a prompt pass is asked for. Returns
+        :class:`~threadline.messages.Refused` for a message refused for good; raises for a
+        storage failure (the sender retries).
+        """
+        verdict = messages.admit_inbound(
+            self.storage, self.scheduler.gate, self.app.agents, self.app.config,
+            self.clock.now_ms, message_id=message_id, to_thread=to_thread, agent=agent,
+            input_json=input_json,
+        )
+        if isinstance(verdict, Accepted):
+            self.scheduler.alarm.schedule_now()
+        return verdict
 
     async def handle(self, request: Request) -> Response:
         """Answer one HTTP request addressed to this space."""

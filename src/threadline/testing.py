@@ -29,7 +29,7 @@ import random
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -40,20 +40,26 @@ from threadline.app import Application
 from threadline.clock import ManualClock
 from threadline.errors import Conflict, Evicted, StorageError
 from threadline.ids import RandomIds
-from threadline.maintenance import PassReport
+from threadline.maintenance import PassReport, publication
+from threadline.messages import MessageEnvelope, MessageRouter, Verdict
+from threadline.outbound import HttpPort
 from threadline.scheduling import (
     DELAYED,
+    MESSAGES,
     NATIVE,
+    PUBLICATION,
     DueQueue,
     Failpoints,
     Scheduler,
     build_scheduler,
     read_state,
 )
+from threadline.scheduling.state import MaintenanceState
 from threadline.space import Space
 from threadline.storage import SqliteStorage
 from threadline.storage.port import Rows, SqlValue
 from threadline.threads import delayed, transitions
+from threadline.threads import messages as message_rows
 from threadline.threads import waits as wait_rows
 from threadline.threads.ledger import Ledger
 from threadline.threads.model import (
@@ -63,6 +69,7 @@ from threadline.threads.model import (
     ScheduledSubmission,
     Settlement,
     Submission,
+    check_id,
 )
 from threadline.threads.recovery import RecoverySweepResult
 from threadline.threads.runtime import ThreadRuntime
@@ -164,7 +171,9 @@ class SimulatedObject:
     randomness (backoff jitter) and ids of every incarnation reproducible.
     ``check_alarm_invariant=True`` verifies after every commit made outside an alarm handler,
     after each handler returns and after each start that due work has an alarm that fires in
-    time, raising :class:`AlarmInvariantError` otherwise.
+    time, raising :class:`AlarmInvariantError` otherwise. ``space`` names the space the object
+    serves and ``router`` reaches other spaces (see :class:`SimulatedDeployment`, which sets
+    both): without them a message an agent sends fails with ``NoRoute``.
 
     Use it as ``async with SimulatedObject(app) as obj:`` (starts, then closes), or call
     :meth:`start` and :meth:`close` yourself.
@@ -178,10 +187,20 @@ class SimulatedObject:
         seed: int = 0,
         *,
         check_alarm_invariant: bool = False,
+        space: str | None = None,
+        router: MessageRouter | None = None,
+        env: Any = None,
+        http: HttpPort | None = None,
     ) -> None:
         self.app = app
+        #: The Worker environment and outbound HTTP port subscribers' deliveries see.
+        self.env = env
+        self.http = http
         self.clock = clock if clock is not None else ManualClock()
         self.seed = seed
+        #: The space's id (messages sent into it are admitted locally); None: not known.
+        self.name = space
+        self.router = router
         self.check_alarm_invariant = check_alarm_invariant
         self._tempdir: str | None = None
         if path is None:
@@ -226,6 +245,10 @@ class SimulatedObject:
             rng=random.Random(f"rng:{label}"),
             ids=RandomIds(random.Random(f"ids:{label}")),
             failpoints=self.failpoints,
+            name=self.name,
+            router=self.router,
+            env=self.env,
+            http=self.http,
         )
         self._install_crashes()
 
@@ -541,7 +564,8 @@ def alarm_invariant_problem(
 
     The invariant, outside a running alarm handler: if any lane is due, the alarm slot is set
     no later than ``max(earliest due, now + min_delay)``; a generation not yet processed
-    has its native lane due; the delayed lane is due by the earliest delayed submission, and
+    has its native lane due; the delayed lane is due by the earliest delayed submission, the
+    messages lane by the earliest pending message, and
     each schedule's lane by its next fire time (and its pending fire, if one is recorded). A
     lane whose waves were charged without progress may wait out its retry floor (a backoff
     or a parking) past those times, except a schedule's next fire, which nothing postpones
@@ -571,6 +595,17 @@ def alarm_invariant_problem(
                              f"a delayed submission falls due at {waiting}")
         if problem is not None:
             return problem
+    message_due = message_rows.next_due(storage)
+    if message_due is not None:
+        # A wave that delivered some messages and was lost before the rest leaves its lane due
+        # at the crash fallback its progress set (within the backoff base of that progress).
+        problem = _lane_late(queue, MESSAGES, message_due, f"a message is due at {message_due}",
+                             lost_wave=now + app.config.alarm_backoff_base_ms)
+        if problem is not None:
+            return problem
+    problem = _subscribers_late(storage, app, queue, state)
+    if problem is not None:
+        return problem
     for row in storage.exec(_SCHEDULE_FIRES):
         schedule_id, next_fire = str(row["id"]), int(row["next_fire"])
         pending = row["pending_fire"]
@@ -587,8 +622,45 @@ def alarm_invariant_problem(
     return None
 
 
+def _subscribers_late(
+    storage: SqliteStorage, app: Application, queue: DueQueue, state: MaintenanceState
+) -> str | None:
+    """Why a declared subscriber that is not parked, with records it wants past its cursor,
+    has no pass coming, or None: the publication lane is due (by its retry time after a
+    failure), or the native lane is for a generation not processed yet (whose pass delivers
+    too)."""
+    if not len(app.subscribers):
+        return None
+    if state.processed < state.dirty:
+        return None
+    for name, stored in publication.read_rows(storage).items():
+        spec = app.subscribers.get(name)
+        if spec is None or stored.parked:
+            continue
+        kinds = {str(row["kind"]) for row in storage.exec(_KINDS_PAST, stored.cursor)}
+        if not any(spec.wants(kind) for kind in kinds):
+            continue
+        lane = queue.get(PUBLICATION)
+        if lane is None or lane.due_at is None:
+            return (f"subscriber {name!r} has records past its cursor but lane "
+                    f"{PUBLICATION!r} is idle")
+        if stored.retry_at is not None and lane.due_at > int(stored.retry_at):
+            return (f"subscriber {name!r} retries at {stored.retry_at} but lane "
+                    f"{PUBLICATION!r} is due at {lane.due_at}")
+    return None
+
+
+_KINDS_PAST = "SELECT DISTINCT kind FROM tl_history WHERE pos > ?"
+
+
 def _lane_late(
-    queue: DueQueue, lane_id: str, due: int, what: str, *, fixed: int | None = None
+    queue: DueQueue,
+    lane_id: str,
+    due: int,
+    what: str,
+    *,
+    fixed: int | None = None,
+    lost_wave: int | None = None,
 ) -> str | None:
     """Why ``lane_id`` is not due by ``due`` (and by ``fixed`` whatever its retries), or None.
 
@@ -596,6 +668,8 @@ def _lane_late(
     lost with the object) may wait out its retry floor (``not_before``: its backoff, or a
     parking's hourly retry) past ``due``; a healthy one may not. A held lane (storage refused
     to back it off) is not due before its hold ends anyway: only whether it is idle counts.
+    ``lost_wave`` bounds the crash fallback of a wave that progressed before it was lost: a
+    lane due by then is not late (its progress replenished it, so it shows no stall).
     """
     lane = queue.get(lane_id)
     if lane is None or lane.due_at is None:
@@ -603,6 +677,8 @@ def _lane_late(
     if queue.held_until(lane_id) is not None:
         return None
     bound = due if lane.stalls == 0 else max(due, lane.not_before)
+    if lost_wave is not None:
+        bound = max(bound, lost_wave)
     if fixed is not None:
         bound = min(bound, fixed)
     if lane.due_at > bound:
@@ -625,6 +701,204 @@ def is_eviction(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return any(is_eviction(inner) for inner in exc.exceptions)
     return False
+
+
+@dataclass
+class DeliveryFailure:
+    """Transient delivery failures installed by :meth:`SimulatedDeployment.fail_deliveries`."""
+
+    #: The target space they apply to (None: any).
+    to_space: str | None
+    #: How many more deliveries will fail.
+    remaining: int
+    error: type[Exception]
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One call :class:`SimulatedDeployment` routed: the message, its target and the verdict
+    (None when it failed in transit)."""
+
+    message_id: str
+    to_space: str
+    verdict: Verdict | None
+
+
+class _DeploymentRouter:
+    """The router each space of a :class:`SimulatedDeployment` sends through."""
+
+    def __init__(self, deployment: SimulatedDeployment) -> None:
+        self._deployment = deployment
+
+    async def deliver(self, envelope: MessageEnvelope) -> Verdict:
+        return await self._deployment.route(envelope)
+
+
+class SimulatedDeployment:
+    """Several spaces of one ``app``, one :class:`SimulatedObject` each, sharing a
+    :class:`~threadline.clock.ManualClock`, delivering messages between them as the Worker's
+    ``THREADS`` binding does::
+
+        async with SimulatedDeployment(app, spaces=["a", "b"]) as deployment:
+            deployment.space("a").admit("t1", "forward", {"text": "hi"})
+            await deployment.run_alarms()
+            assert deployment.space("b").submissions("t2")[0].state == SubmissionState.SETTLED
+
+    The objects of ``spaces`` are made at once (and started with the deployment); any other
+    space's object is made on first use (:meth:`space`), like ``getByName``, and started by
+    :meth:`start` or :meth:`run_alarms` (a delivery into it starts it). Messages into
+    another space are admitted by that space's object (:meth:`Space.admit_message`); a
+    delivery that fails in transit (:meth:`fail_deliveries`, or the target lost while
+    admitting) raises to the sender, which retries. :meth:`crash_at` loses one space's object
+    at a failpoint, as :meth:`SimulatedObject.crash_at` does.
+    """
+
+    def __init__(
+        self,
+        app: Application,
+        clock: ManualClock | None = None,
+        seed: int = 0,
+        *,
+        spaces: Iterable[str] = (),
+        check_alarm_invariant: bool = False,
+    ) -> None:
+        self.app = app
+        self.clock = clock if clock is not None else ManualClock()
+        self.seed = seed
+        self.check_alarm_invariant = check_alarm_invariant
+        #: The spaces' objects, by space id, in the order they were made.
+        self.objects: dict[str, SimulatedObject] = {}
+        #: Every cross-space delivery routed, in order.
+        self.deliveries: list[Delivery] = []
+        self._failures: list[DeliveryFailure] = []
+        self._router = _DeploymentRouter(self)
+        for name in spaces:
+            self.space(name)
+
+    def space(self, name: str) -> SimulatedObject:
+        """The object of space ``name``, made (not started) on first use."""
+        obj = self.objects.get(name)
+        if obj is None:
+            check_id(name, field="space")
+            # A seed of its own per space: ids drawn in different spaces never coincide.
+            obj = SimulatedObject(
+                self.app, clock=self.clock, seed=self.seed * 1_000 + len(self.objects),
+                check_alarm_invariant=self.check_alarm_invariant, space=name,
+                router=self._router,
+            )
+            self.objects[name] = obj
+        return obj
+
+    async def start(self) -> None:
+        """Start every space's object not started yet."""
+        for obj in list(self.objects.values()):
+            if not obj._started:
+                await obj.start()
+
+    def close(self) -> None:
+        """Close every space's object."""
+        for obj in self.objects.values():
+            obj.close()
+
+    async def __aenter__(self) -> SimulatedDeployment:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    async def run_alarms(
+        self, until: int | None = None, max_passes: int = DEFAULT_MAX_PASSES
+    ) -> list[PassReport]:
+        """Fire the spaces' alarms like the platform, earliest first, until every slot is
+        empty or later than ``until``; see :meth:`SimulatedObject.run_alarms`.
+
+        Returns the reports of the passes that completed, in order. Raises
+        :class:`QuiescenceError` after ``max_passes`` passes (all spaces together) when an
+        alarm is still due.
+        """
+        completed: list[PassReport] = []
+        passes = 0
+        while True:
+            due = await self._earliest()
+            if due is None or (until is not None and due[0] > until):
+                break
+            if passes >= max_passes:
+                slot, name = due
+                raise QuiescenceError(
+                    f"space {name!r}: " + self.objects[name]._not_quiescent(max_passes, slot))
+            passes += 1
+            report = await self._fire(*due)
+            if report is not None:
+                completed.append(report)
+        if until is not None and until > self.clock.now_ms():
+            self.clock.set(until)
+        return completed
+
+    async def fire_next(self) -> tuple[str, PassReport | None] | None:
+        """Fire the earliest alarm of any space (the clock jumps to it): that space and its
+        pass's report (None when the object was lost in it); None when no alarm is set."""
+        due = await self._earliest()
+        if due is None:
+            return None
+        return due[1], await self._fire(*due)
+
+    async def _earliest(self) -> tuple[int, str] | None:
+        # A space made by a delivery during the last pass is started before its alarm is read.
+        await self.start()
+        slots = [(int(obj.alarm_at), name) for name, obj in self.objects.items()
+                 if obj.alarm_at is not None]
+        return min(slots) if slots else None
+
+    async def _fire(self, slot: int, name: str) -> PassReport | None:
+        obj = self.objects[name]
+        if slot > self.clock.now_ms():
+            self.clock.set(slot)
+        obj.storage.take_due_alarm(self.clock.now_ms())
+        return await obj._fire()
+
+    def crash_at(self, space: str, location: str, occurrence: int = 1) -> Crash:
+        """Lose the object of ``space`` at the ``occurrence``-th arrival at failpoint
+        ``location`` (see :meth:`SimulatedObject.crash_at`)."""
+        return self.space(space).crash_at(location, occurrence)
+
+    def fail_deliveries(
+        self, times: int = 1, *, to_space: str | None = None,
+        error: type[Exception] = ConnectionError,
+    ) -> DeliveryFailure:
+        """Make the next ``times`` deliveries (into ``to_space``, or any) raise ``error`` in
+        transit, before the target sees them, as an unreachable object would."""
+        failure = DeliveryFailure(to_space, times, error)
+        self._failures.append(failure)
+        return failure
+
+    async def route(self, envelope: MessageEnvelope) -> Verdict:
+        """Deliver one message to its target space's object (the router's work)."""
+        for failure in self._failures:
+            if failure.remaining > 0 and failure.to_space in (None, envelope.to_space):
+                failure.remaining -= 1
+                self.deliveries.append(Delivery(envelope.message_id, envelope.to_space, None))
+                raise failure.error(f"injected delivery failure to {envelope.to_space!r}")
+        target = self.space(envelope.to_space)
+        if not target._started:
+            await target.start()
+        try:
+            verdict = target.space.admit_message(
+                envelope.message_id, envelope.to_thread, envelope.agent, envelope.input_json)
+        except BaseException as exc:
+            if not is_eviction(exc):
+                raise
+            # The target was lost while admitting: the caller sees a failed call.
+            self.deliveries.append(Delivery(envelope.message_id, envelope.to_space, None))
+            await target.evict()
+            raise ConnectionError(f"space {envelope.to_space!r} was reset") from None
+        self.deliveries.append(Delivery(envelope.message_id, envelope.to_space, verdict))
+        return verdict
 
 
 class ThreadHarness:
@@ -748,9 +1022,12 @@ __all__ = [
     "DEFAULT_MAX_PASSES",
     "AlarmInvariantError",
     "Crash",
+    "Delivery",
+    "DeliveryFailure",
     "Effects",
     "QuiescenceError",
     "SettlementLog",
+    "SimulatedDeployment",
     "SimulatedObject",
     "StatementFailure",
     "ThreadHarness",

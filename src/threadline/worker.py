@@ -24,6 +24,7 @@ from threadline.api.http import Request
 from threadline.api.http import Response as PlainResponse
 from threadline.app import Application
 from threadline.maintenance.host_lanes import wake_arguments
+from threadline.messages import MessageEnvelope, Verdict, verdict_from_json, verdict_to_json
 from threadline.space import Space
 from threadline.storage.cloudflare import CloudflareStorage, is_js_null
 
@@ -221,15 +222,55 @@ class WorkerBase(WorkerEntrypoint):
         return Response(forwarded.body, status=forwarded.status, headers=headers)
 
 
+class BindingRouter:
+    """Delivers messages into other spaces through the Worker's Durable Object binding.
+
+    Calls :meth:`ThreadObjectBase.admit_message` on the target space's object
+    (``env.THREADS.getByName(space)``, the object the Worker forwards that space's requests
+    to). A call that raises (the object unreachable, reset, overloaded) or answers something
+    unreadable is transient: the messages lane retries it.
+    """
+
+    def __init__(self, env: Any, binding: str) -> None:
+        self._env = env
+        self._binding = binding
+
+    async def deliver(self, envelope: MessageEnvelope) -> Verdict:
+        """Ask the target space's object to admit the message; its verdict."""
+        stub = getattr(self._env, self._binding).getByName(envelope.to_space)
+        answer = await stub.admit_message(
+            envelope.message_id, envelope.to_thread, envelope.agent, envelope.input_json,
+            envelope.from_space, envelope.from_thread,
+        )
+        return verdict_from_json(answer)
+
+
+def _object_name(ctx: Any) -> str | None:
+    """The name the object was addressed by (``getByName(space)``), when the platform says:
+    the space's id. None when it does not (messages into the own space then go through the
+    binding too, and are admitted the same way)."""
+    try:
+        name = ctx.id.name
+    except Exception:  # an id made from a random or hex id has no name
+        return None
+    return name if isinstance(name, str) and name else None
+
+
 class ThreadObjectBase(DurableObject):
-    """The Durable Object hosting one space: migrates on start, serves routes, runs the alarm."""
+    """The Durable Object hosting one space: migrates on start, serves routes, runs the alarm.
+
+    ``binding`` names the Durable Object binding of this class in ``wrangler.toml``: messages
+    into other spaces go through it.
+    """
 
     app: ClassVar[Application]
+    binding: ClassVar[str] = "THREADS"
 
     def __init__(self, ctx: Any, env: Any) -> None:
         super().__init__(ctx, env)
         self.storage = CloudflareStorage(ctx.storage)
-        self.space = Space(self.app, self.storage)
+        self.space = Space(self.app, self.storage, name=_object_name(ctx),
+                           router=BindingRouter(env, self.binding), env=env)
         ctx.blockConcurrencyWhile(self.space.start)
 
     async def fetch(self, request: Any) -> Response:
@@ -259,10 +300,29 @@ class ThreadObjectBase(DurableObject):
             None if is_js_null(cursor) else cursor)
         self.space.wake_lane(checked_id, at, cursor=given)
 
+    async def admit_message(
+        self,
+        message_id: Any,
+        to_thread: Any,
+        agent: Any = None,
+        input_json: Any = None,
+        from_space: Any = None,
+        from_thread: Any = None,
+    ) -> str:
+        """RPC for another space's object: admit a message sent with ``turn.send`` as a
+        submission of ``to_thread`` (see :meth:`Space.admit_message`), idempotently by
+        ``message_id``; returns the verdict as JSON text (``{"accepted": true,
+        "submission_id": ...}`` or ``{"accepted": false, "reason": ...}``). Raises for a
+        storage failure: the sender retries."""
+        del from_space, from_thread  # the message id names the sender's submission already
+        verdict = self.space.admit_message(
+            message_id, to_thread, None if is_js_null(agent) else agent, input_json)
+        return verdict_to_json(verdict)
+
     async def alarm(self, alarm_info: Any = None) -> None:
         """Run one maintenance pass; failures are handled inside with a durable backoff."""
         retry_count = int(getattr(alarm_info, "retryCount", 0) or 0) if alarm_info else 0
         await self.space.alarm(retry_count)
 
 
-__all__ = ["TOKEN_SECRET", "ThreadObjectBase", "WorkerBase"]
+__all__ = ["TOKEN_SECRET", "BindingRouter", "ThreadObjectBase", "WorkerBase"]

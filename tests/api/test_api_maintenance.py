@@ -51,6 +51,9 @@ class _Sources:
         return [{"id": "mirror", "phase": "concurrent", "dispatch_timeout_ms": 1,
                  "state": "idle", "due_at": None, "stalls": 0}]
 
+    def subscribers(self) -> Sequence[Mapping[str, Any]]:
+        return []
+
 
 def test_the_maintenance_package_fills_faults_binding_waits_and_pass_reports(api: Api) -> None:
     api.space.api = replace(api.space.api, maintenance=_Sources())

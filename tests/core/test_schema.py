@@ -22,6 +22,7 @@ def _dump(storage: SqliteStorage) -> list[tuple[str, str]]:
 EXPECTED_TABLES = {
     "tl_meta", "tl_lanes", "tl_maintenance", "tl_threads", "tl_submissions", "tl_journal",
     "tl_history", "tl_waits", "tl_abort_intents", "tl_messages", "tl_schedules",
+    "tl_subscribers",
 }
 #: Tables a later migration drops, by the migration that drops them.
 DROPPED = {"tl_outbox": schema_module._ONE_LOG}

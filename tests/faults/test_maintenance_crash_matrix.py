@@ -28,10 +28,23 @@ and humans act whenever the object waits for them. Every run must keep these inv
   completed fire present), no fire ran twice to completion, every fire of the window completed
   and every scheduled submission settled once, and at the end only the schedules' lanes are
   due, at their next fire.
+* with messages (``turn.send`` into the sender's own space, into another space's object through
+  the deployment's router, and to an agent unknown there): each message was admitted exactly
+  once at its target (its Thread holds just that submission, settled once), the refused one
+  failed with exactly one ``message.failed`` record in the sender's log, and every space's
+  alarm is cleared at the end.
+* with subscribers (a callable one, failing its first delivery, and a required one): every
+  record of the log was delivered at least once to each, every batch in log order within each
+  Thread and each Thread's records first delivered in order; each cursor ends at the log's end;
+  the required one held no Thread forever.
 * each delayed submission was admitted exactly once, behind the input its Thread received
   meanwhile, and no earlier than its due time (or aborted while scheduled), and each
   ``turn.submit`` admitted exactly once: its Thread holds just the submissions its agent's
   result names, each settled once; nothing is left scheduled at the end.
+* follow-up input: the chat input queued behind a head that takes it (``turn.followups()``)
+  was joined into that head once, settled once with the head's result, and every run of the
+  head got the same list (the journaled one); the input for another agent behind it, and the
+  chat input behind that, ran on their own, FIFO.
 
 A failpoint that no scenario reaches fails ``test_every_failpoint_is_reached``.
 """
@@ -51,13 +64,36 @@ from typing import Any
 
 import pytest
 
-from threadline import Application, LaneContext, ManualClock, RuntimeConfig, ScheduleContext
+from threadline import (
+    Application,
+    LaneContext,
+    ManualClock,
+    Record,
+    RuntimeConfig,
+    ScheduleContext,
+)
 from threadline.errors import Evicted
+from threadline.maintenance.publication import read_rows
+from threadline.records import MESSAGE_FAILED
 from threadline.schedules import fire_key
 from threadline.scheduling import FAILPOINT_LOCATIONS, read_state
 from threadline.scheduling.due_queue import DueQueue
-from threadline.testing import Effects, SimulatedObject, StatementFailure, is_eviction
-from threadline.threads import Outcome, ScheduledSubmission, SubmissionState, Turn, transitions
+from threadline.testing import (
+    Effects,
+    SimulatedDeployment,
+    SimulatedObject,
+    StatementFailure,
+    is_eviction,
+)
+from threadline.threads import (
+    Outcome,
+    ScheduledSubmission,
+    SubmissionState,
+    Turn,
+    history,
+    transitions,
+)
+from threadline.threads import messages as message_rows
 
 START = 1_700_000_000_000
 SEEDS = (0, 1)
@@ -84,6 +120,11 @@ class World:
     lane_waves: Counter[str] = field(default_factory=Counter)
     #: (schedule, fire) of each run of a schedule's function that returned.
     schedule_runs: list[tuple[str, int]] = field(default_factory=list)
+    #: What each run of a ``chat`` submission got from ``turn.followups()``, by id.
+    followups_seen: dict[str, list[list[Any]]] = field(default_factory=dict)
+    #: Every batch each subscriber was handed, in order, across incarnations.
+    deliveries: dict[str, list[list[Record]]] = field(default_factory=dict)
+    mirror_failed: bool = False
 
 
 @contextmanager
@@ -108,7 +149,9 @@ def settlements_logged(world: World) -> Iterator[None]:
         transitions.settle = original  # type: ignore[assignment]
 
 
-def build_app(world: World, *, with_ghost: bool, schedules: bool = False) -> Application:
+def build_app(
+    world: World, *, with_ghost: bool, schedules: bool = False, subscribers: bool = False
+) -> Application:
     app = Application(CONFIG)
 
     def effect(turn: Turn, name: str) -> Callable[[], int]:
@@ -170,6 +213,21 @@ def build_app(world: World, *, with_ghost: bool, schedules: bool = False) -> App
                                   not_before=timedelta(milliseconds=SUBMIT_DELAY_MS))
         return [a, now, later, await turn.step("c", effect(turn, "c"))]
 
+    @app.agent("messenger")
+    async def messenger(turn: Turn) -> Any:
+        a = await turn.step("a", effect(turn, "a"))
+        here = await turn.send(SPACE, f"{turn.thread_id}-in", {"n": a}, agent="step1")
+        there = await turn.send(PEER, "inbox", {"n": a}, agent="step1")
+        refused = await turn.send(PEER, "inbox", {"n": a}, agent="nobody")
+        return [a, here, there, refused, await turn.step("c", effect(turn, "c"))]
+
+    @app.agent("chat", join_followups=True)
+    async def chat(turn: Turn) -> Any:
+        a = await turn.step("a", effect(turn, "a"))
+        taken = [item.input for item in await turn.followups()]
+        world.followups_seen.setdefault(turn.submission_id, []).append(taken)
+        return {"a": a, "followups": taken, "c": await turn.step("c", effect(turn, "c"))}
+
     @app.lane("sync")
     async def sync(ctx: LaneContext) -> None:
         world.lane_waves["sync"] += 1
@@ -190,6 +248,25 @@ def build_app(world: World, *, with_ghost: bool, schedules: bool = False) -> App
             await ctx.submit("pulse-a", ctx.fire_ms, agent="step1")
             await ctx.submit("pulse-b", ctx.fire_ms, agent="step1")
             world.schedule_runs.append(("pulse", ctx.fire_ms))
+
+    @app.agent("chatty")
+    async def chatty(turn: Turn) -> Any:
+        for n in range(3):
+            await turn.emit({"n": n}, kind="chat")
+        return await turn.step("a", effect(turn, "a"))
+
+    if subscribers:
+
+        @app.subscriber("mirror", batch=2)
+        async def mirror(batch: list[Record]) -> None:
+            if not world.mirror_failed:
+                world.mirror_failed = True
+                raise RuntimeError("mirror unavailable")  # backs off, then delivers
+            world.deliveries.setdefault("mirror", []).append(batch)
+
+        @app.subscriber("ledger", required=True, batch=3)
+        async def ledger(batch: list[Record]) -> None:
+            world.deliveries.setdefault("ledger", []).append(batch)
 
     if with_ghost:
 
@@ -231,6 +308,10 @@ class Scenario:
     failing_statement: str | None = None
     #: Declare the schedules and run this long (ms of simulated time), not to quiescence.
     runs_for_ms: int | None = None
+    #: Run the object as space ``SPACE`` of a deployment that also holds ``PEER``.
+    deployment: bool = False
+    #: Declare the subscribers.
+    subscribers: bool = False
 
     @property
     def needs_deploy(self) -> bool:
@@ -280,7 +361,31 @@ DELAYED = Scenario(
     ),
 )
 SUBMIT_DELAY_MS = 2_000
-SCENARIOS = {s.name: s for s in (ONE, THREADS, LANES, SCHEDULES, DELAYED)}
+#: Follow-up input: the head takes the two chat inputs behind it; the input for another agent
+#: ends the run, and the chat input behind that runs on its own.
+FOLLOWUPS = Scenario(
+    "followups",
+    (Item("f1", "chat"), Item("f1", "chat"), Item("f1", "chat"), Item("f1", "step1"),
+     Item("f1", "chat")),
+)
+#: Messages (``messenger``): into its own space, into the peer space, and to an agent the peer
+#: does not register.
+MESSAGES = Scenario("messages", (Item("m1", "messenger"), Item("m2", "messenger")),
+                    deployment=True)
+SPACE, PEER = "acme", "peer"
+#: Records emitted by several Threads, delivered to a callable and a required subscriber.
+DELIVERY = Scenario(
+    "delivery",
+    (
+        Item("p1", "chatty"), Item("p1", "flow"), Item("p2", "chatty"), Item("p1", "step1"),
+        Item("p2", "chatty"), Item("p3", "step1"),
+    ),
+    subscribers=True,
+)
+SCENARIOS = {
+    s.name: s
+    for s in (ONE, THREADS, LANES, SCHEDULES, DELAYED, FOLLOWUPS, MESSAGES, DELIVERY)
+}
 #: Humans look at the object once per simulated second; the alarm runs in between.
 TICK_MS = 1_000
 MAX_TICKS = 300
@@ -315,6 +420,14 @@ class Run:
     losses: list[Loss] = field(default_factory=list)
     #: The due time of each delayed submission admitted as scheduled.
     due: dict[str, int] = field(default_factory=dict)
+    #: The deployment the object is a space of (the messages scenario), else None.
+    deployment: SimulatedDeployment | None = None
+
+    def close(self) -> None:
+        if self.deployment is not None:
+            self.deployment.close()
+        else:
+            self.obj.close()
 
 
 @dataclass(frozen=True)
@@ -390,13 +503,21 @@ async def play(
     scenario: Scenario, seed: int, crash: tuple[str, int] | None, world: World
 ) -> Run:
     schedules = scenario.runs_for_ms is not None
-    obj = SimulatedObject(build_app(world, with_ghost=False, schedules=schedules),
-                          clock=ManualClock(START), seed=seed, check_alarm_invariant=True)
+    app = build_app(world, with_ghost=False, schedules=schedules,
+                    subscribers=scenario.subscribers)
+    deployment = None
+    if scenario.deployment:
+        deployment = SimulatedDeployment(app, clock=ManualClock(START), seed=seed,
+                                         spaces=(SPACE, PEER), check_alarm_invariant=True)
+        obj = deployment.space(SPACE)
+    else:
+        obj = SimulatedObject(app, clock=ManualClock(START), seed=seed,
+                              check_alarm_invariant=True)
     if crash is not None and crash[0] == INSIDE_UNCERTAIN:
         world.crash_inside_uncertain = crash[1]
     elif crash is not None:
         obj.crash_at(*crash)
-    run = Run(obj, world, [])
+    run = Run(obj, world, [], deployment=deployment)
     remember_losses(run)
     while not await survive(obj, obj.start):
         pass
@@ -414,8 +535,12 @@ async def play(
             await retrying(obj, lambda s=admitted.id: obj.abort(s, "changed my mind"))
     deployed = not scenario.needs_deploy
     for _ in range(MAX_TICKS):
-        await obj.run_alarms(until=obj.clock.now_ms() + TICK_MS, max_passes=300)
-        quiet = obj.alarm_at is None
+        if deployment is not None:
+            await deployment.run_alarms(until=obj.clock.now_ms() + TICK_MS, max_passes=300)
+        else:
+            await obj.run_alarms(until=obj.clock.now_ms() + TICK_MS, max_passes=300)
+        quiet = obj.alarm_at is None and (
+            deployment is None or all(o.alarm_at is None for o in deployment.objects.values()))
         if quiet:
             run.problems += visible_waits(obj, scenario, run.ids, deployed)
         acted = await humans(run, scenario)
@@ -428,7 +553,8 @@ async def play(
         if quiet and not acted:
             if deployed:
                 break
-            await survive(obj, lambda: obj.redeploy(build_app(world, with_ghost=True)))
+            await survive(obj, lambda: obj.redeploy(
+                build_app(world, with_ghost=True, subscribers=scenario.subscribers)))
             deployed = True
     else:
         run.problems.append(f"not quiet after {MAX_TICKS} ticks; alarm at {obj.alarm_at}")
@@ -564,6 +690,12 @@ def check(run: Run, scenario: Scenario) -> list[str]:
                 problems.append(f"lane {lane_id} never ran")
     if scenario is DELAYED:
         problems += delayed_admissions(run, scenario, made, settlements)
+    if scenario is FOLLOWUPS:
+        problems += followup_problems(run)
+    if scenario is MESSAGES:
+        problems += message_admissions(run, scenario, settlements)
+    if scenario is DELIVERY:
+        problems += delivery_problems(run)
     if scenario is THREADS:
         kinds = {(kind, thread) for _, kind, thread in run.world.events}
         wanted = {("parked", "t5"), ("created", "t4"), ("cleared", "t4")}
@@ -573,6 +705,40 @@ def check(run: Run, scenario: Scenario) -> list[str]:
             problems.append("the damaged timer never faulted its Thread")
         if run.failure is None or run.failure.remaining:
             problems.append("the failing statement never failed")
+    return problems
+
+
+def delivery_problems(run: Run) -> list[str]:
+    """What breaks at-least-once, per-Thread ordered delivery to each subscriber."""
+    problems: list[str] = []
+    logged = {(str(row["thread_id"]), int(row["seq"])): str(row["record_id"])
+              for row in run.obj.storage.exec("SELECT thread_id, seq, record_id FROM tl_history")}
+    if not logged:
+        problems.append("no record was appended")
+    end = int(run.obj.storage.exec("SELECT MAX(pos) AS pos FROM tl_history").one()["pos"] or 0)
+    rows = read_rows(run.obj.storage)
+    for name in ("mirror", "ledger"):
+        batches = run.world.deliveries.get(name, [])
+        got = {(record.thread_id, record.seq): record.record_id
+               for batch in batches for record in batch}
+        if got != logged:
+            problems.append(f"{name} missed records: {sorted(set(logged) - set(got))}")
+        firsts: dict[str, list[int]] = {}
+        for batch in batches:
+            for thread in {record.thread_id for record in batch}:
+                seqs = [record.seq for record in batch if record.thread_id == thread]
+                if seqs != sorted(seqs):
+                    problems.append(f"{name}: a batch out of order in {thread}: {seqs}")
+            for record in batch:
+                seen = firsts.setdefault(record.thread_id, [])
+                if record.seq not in seen:
+                    seen.append(record.seq)
+        for thread, seqs in firsts.items():
+            if seqs != sorted(seqs):
+                problems.append(f"{name}: {thread} first delivered out of order: {seqs}")
+        row = rows.get(name)
+        if row is None or row.cursor != end or row.parked:
+            problems.append(f"{name} ended at {row}, the log at {end}")
     return problems
 
 
@@ -627,7 +793,54 @@ def made_by_agents(run: Run, scenario: Scenario) -> dict[str, str]:
             assert not isinstance(sub, ScheduledSubmission)
             for made_id in sub.result[1:3]:
                 made[made_id] = f"{item.thread}-out"
+        if item.agent == "messenger":
+            # What its messages became: in this space, and in the peer's.
+            for message in message_rows.of_submission(run.obj.storage, sub_id):
+                if message.admitted_as is not None:
+                    made[message.admitted_as] = f"{message.to_space}/{message.to_thread}"
     return made
+
+
+def message_admissions(run: Run, scenario: Scenario, settlements: Counter[str]) -> list[str]:
+    """Each message admitted exactly once at its target and settled once there; the refused
+    one failed with one ``message.failed`` record; every space quiet at the end."""
+    obj, problems = run.obj, []
+    assert run.deployment is not None
+    peer = run.deployment.space(PEER)
+    across: list[str] = []
+    for sub_id, item in zip(run.ids, scenario.items, strict=False):
+        sub = obj.find(sub_id)
+        if isinstance(sub, ScheduledSubmission) or sub.outcome is not Outcome.COMPLETED:
+            continue
+        _, here, there, refused, _ = sub.result
+        by_id = {m.id: m for m in message_rows.of_submission(obj.storage, sub_id)}
+        if sorted(by_id) != sorted((here, there, refused)):
+            problems.append(f"{sub_id} sent {sorted(by_id)}, its result names "
+                            f"{[here, there, refused]}")
+            continue
+        states = [by_id[i].state for i in (here, there, refused)]
+        if states != ["delivered", "delivered", "failed"]:
+            problems.append(f"{sub_id}'s messages ended {states}")
+        local = [s.id for s in obj.submissions(f"{item.thread}-in")]
+        if local != [by_id[here].admitted_as]:
+            problems.append(f"{item.thread}-in holds {local}, the message became "
+                            f"{by_id[here].admitted_as}")
+        across.append(str(by_id[there].admitted_as))
+        failed = [r for r in history.read_history(obj.storage, item.thread, limit=1_000)
+                  if r["kind"] == MESSAGE_FAILED]
+        if [r["record_id"] for r in failed] != [f"{refused}:failed"]:
+            problems.append(f"{item.thread} logged {failed} for its refused message")
+    inbox = [s.id for s in peer.submissions("inbox")]
+    if sorted(inbox) != sorted(across):
+        problems.append(f"the peer's inbox holds {inbox}, the messages became {across}")
+    for target in [*inbox, *(s.id for s in obj.submissions() if s.thread_id.endswith("-in"))]:
+        settled = (peer if target in inbox else obj).submission(target)
+        if settled.outcome is not Outcome.COMPLETED or settlements.get(target, 0) != 1:
+            problems.append(f"{target} (a message) is {settled.state} {settled.outcome}, "
+                            f"settled {settlements.get(target, 0)} times")
+    if peer.alarm_at is not None:
+        problems.append(f"the peer's alarm is still set at {peer.alarm_at}")
+    return problems
 
 
 def delayed_admissions(
@@ -661,6 +874,33 @@ def delayed_admissions(
     waiting = obj.storage.exec("SELECT COUNT(*) AS n FROM tl_delayed").one()["n"]
     if waiting:
         problems.append(f"{waiting} delayed submissions left scheduled")
+    return problems
+
+
+def followup_problems(run: Run) -> list[str]:
+    """The head joined the two chat inputs behind it once, and they settled with it; every
+    run of the head got the same list; the rest ran on their own, FIFO."""
+    obj, problems = run.obj, []
+    head, one, two, other, last = (obj.submission(sub_id) for sub_id in run.ids)
+    if head.result is None or head.result["followups"] != [1, 2]:
+        problems.append(f"the head took {head.result}, not the inputs 1 and 2")
+    for joined in (one, two):
+        if (joined.joined_to, joined.result) != (head.id, head.result):
+            problems.append(f"{joined.id} is {joined.state} joined to {joined.joined_to} with"
+                            f" {joined.result}, not with the head's {head.result}")
+    for alone in (other, last):
+        if alone.joined_to is not None:
+            problems.append(f"{alone.id} was joined to {alone.joined_to}")
+    if last.result is None or last.result["followups"] != []:
+        problems.append(f"the last chat input took {last.result}")
+    if not (other.settled_at or 0) <= (last.settled_at or 0):
+        problems.append("the last chat input settled before the input ahead of it")
+    seen = run.world.followups_seen.get(head.id, [])
+    if not seen or any(taken != [1, 2] for taken in seen):
+        problems.append(f"the head's runs got {seen} from followups()")
+    for joined in (one, two):
+        if joined.id in run.world.followups_seen:
+            problems.append(f"the joined {joined.id} ran on its own")
     return problems
 
 
@@ -703,7 +943,7 @@ def dry_hits(name: str, seed: int) -> dict[str, int]:
             hits = {loc: run.obj.hits(loc) for loc in sorted(FAILPOINT_LOCATIONS)}
             _dry[(name, seed)] = {**hits, INSIDE_UNCERTAIN: run.world.uncertain_runs}
         finally:
-            run.obj.close()
+            run.close()
             _tally["runs"] += 1
             _tally["seconds"] += time.perf_counter() - started
     return _dry[(name, seed)]
@@ -742,7 +982,7 @@ def test_crash_at_every_failpoint_then_the_alarm_finishes_the_work(
             elif run.obj.evictions == 0:
                 problems.append("the crash was swallowed: the object was never restarted")
         finally:
-            run.obj.close()
+            run.close()
             _tally["runs"] += 1
             _tally["seconds"] += time.perf_counter() - started
         failures += [f"arrival {occurrence}/{hits}: {p}" for p in problems]

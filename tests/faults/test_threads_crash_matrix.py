@@ -31,6 +31,8 @@ PASSES = {
     "step:started": 3,
     "step:finished": 3,
     "emit:committed": 1,
+    # This agent takes no follow-up input (tests/faults/test_followups_crash_matrix.py does).
+    "followups:joined": 0,
     "settle:before": 1,
     "settle:after": 1,
 }

@@ -1,6 +1,7 @@
 """Crash at every occurrence of every runtime failpoint across a whole lifecycle.
 
-The agent backs off once, sleeps durably, waits for an approval and emits; the test loses the
+The agent backs off once, sleeps durably, waits for an approval, takes its follow-up input
+(none: it is alone in its Thread) and emits; the test loses the
 object at the n-th time a failpoint is reached (for every n), rebuilds it, and drives the
 submission to its end, resolving waits as an operator would. Exactly one settlement results.
 """
@@ -25,13 +26,14 @@ from threadline.threads.turn import Turn
 def build(effects: Effects) -> Application:
     app = Application(RuntimeConfig())
 
-    @app.agent("life")
+    @app.agent("life", join_followups=True)
     async def life(turn: Turn) -> Any:
         first = await turn.step("first", lambda: effects.hit("first"))
         if turn.attempt == 1:
             raise RuntimeError("transient")
         await turn.sleep(5)
         decision = await turn.approval("go", {"first": first})
+        assert await turn.followups() == []
         await turn.emit({"approved": bool(decision)})
         return await turn.step("last", lambda: effects.hit("last"))
 

@@ -8,6 +8,7 @@ from threadline.errors import Evicted, SchedulingError
 from threadline.scheduling import (
     FAILPOINT_LOCATIONS,
     MAINTENANCE_LOCATIONS,
+    PUBLICATION_LOCATIONS,
     RUNTIME_LOCATIONS,
     SCHEDULE_LOCATIONS,
     Failpoints,
@@ -15,12 +16,13 @@ from threadline.scheduling import (
 
 
 def test_locations_cover_the_maintenance_runtime_and_schedule_boundaries() -> None:
-    assert len(MAINTENANCE_LOCATIONS) == 21
+    assert len(MAINTENANCE_LOCATIONS) == 23
     assert all(name.startswith("maintenance:") for name in MAINTENANCE_LOCATIONS)
     assert {"attempt:claimed", "step:started", "settle:after"} <= set(RUNTIME_LOCATIONS)
     assert all(name.startswith("schedule:") for name in SCHEDULE_LOCATIONS)
-    assert frozenset(MAINTENANCE_LOCATIONS + RUNTIME_LOCATIONS + SCHEDULE_LOCATIONS) \
-        == FAILPOINT_LOCATIONS
+    assert all(name.startswith("publication:") for name in PUBLICATION_LOCATIONS)
+    assert frozenset(MAINTENANCE_LOCATIONS + RUNTIME_LOCATIONS + SCHEDULE_LOCATIONS
+                     + PUBLICATION_LOCATIONS) == FAILPOINT_LOCATIONS
 
 
 def test_inert_by_default_and_counts() -> None:

@@ -50,6 +50,8 @@ def bundle() -> Path:
         "PROBE_THREADS=ProbeThreadObject",
         "--durable-object",
         "SCHEDULED_THREADS=ScheduledThreadObject",
+        "--durable-object",
+        "SUBSCRIBED_THREADS=SubscribedThreadObject",
     ]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     return BUNDLE

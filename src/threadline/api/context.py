@@ -50,6 +50,10 @@ class MaintenanceSources(Protocol):
         """The declared host lanes (``HostLaneView``), by id."""
         ...
 
+    def subscribers(self) -> Sequence[Mapping[str, Any]]:
+        """The declared subscribers (``SubscriberView``), by name."""
+        ...
+
 
 class NoMaintenanceSources:
     """Reports nothing: the object keeps no faults, binding waits, pass reports, schedules or
@@ -69,6 +73,10 @@ class NoMaintenanceSources:
 
     def schedules(self) -> Sequence[Mapping[str, Any]]:
         """No schedules."""
+        return ()
+
+    def subscribers(self) -> Sequence[Mapping[str, Any]]:
+        """No subscribers."""
         return ()
 
     def host_lanes(self) -> Sequence[Mapping[str, Any]]:

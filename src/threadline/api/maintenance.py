@@ -21,6 +21,7 @@ from threadline.api.models import (
     PassReportView,
     ScheduleList,
     ScheduleView,
+    SubscriberView,
 )
 from threadline.scheduling import read_state
 
@@ -67,6 +68,9 @@ async def maintenance(ctx: ApiContext, request: Request, params: dict[str, str])
         ],
         schedules=[ScheduleView.model_validate(dict(item)) for item in sources.schedules()],
         host_lanes=[HostLaneView.model_validate(dict(item)) for item in sources.host_lanes()],
+        subscribers=[
+            SubscriberView.model_validate(dict(item)) for item in sources.subscribers()
+        ],
     )
     return model_response(200, report)
 

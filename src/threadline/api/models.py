@@ -304,13 +304,46 @@ class LossesView(_Response):
     )
 
 
+class MessageView(_Response):
+    """A message the submission sent with ``turn.send``, and where its delivery stands."""
+
+    id: str = Field(description="Stable across replays: `<submission id>:send`, `...:send#2`.")
+    to_space: str
+    to_thread: str
+    agent: str | None = Field(
+        description="The agent named to run it (null: the target Thread's latest, else its"
+        " only one).")
+    state: Literal["pending", "delivered", "failed"]
+    attempts: int = Field(description="Deliveries tried into another space.")
+    next_attempt_at: int | None = Field(description="When a pending message goes next.")
+    error: str | None = Field(
+        description="Why it failed for good (`failed`), or its latest transient failure.")
+    submission_id: str | None = Field(
+        description="The submission it became in its target Thread, once delivered.")
+    created_at: int
+    delivered_at: int | None
+    failed_at: int | None
+
+
 class SubmissionDetail(SubmissionView):
-    """A submission with its waits, journal summary, abort intent and lost Attempts."""
+    """A submission with its waits, journal summary, abort intent, lost Attempts and the
+    messages it sent."""
 
     waits: list[WaitView]
     journal: JournalSummary
     abort: AbortView | None
     losses: LossesView
+    joined_to: str | None = Field(
+        description=(
+            "The submission this one was joined into as follow-up input (`turn.followups()`"
+            " of an agent registered with `join_followups=True`), kept once it settles; null"
+            " for input that ran on its own. A joined submission (state `joined`) does not run"
+            " on its own: it settles with that submission's outcome, and aborting it alone is"
+            " a 409 (abort that submission instead)."
+        ),
+    )
+    messages: list[MessageView] = Field(
+        description="The messages it sent (at most 100), in the order it sent them.")
 
 
 class OpenSubmission(_Response):
@@ -540,6 +573,39 @@ class HostLaneView(_Response):
     stalls: int
 
 
+class SubscriberView(_Response):
+    """One subscriber the application declares: its cursor over the log and how it is doing."""
+
+    name: str
+    kinds: list[str] | None = Field(description="The record kinds it gets (null: every kind).")
+    required: bool = Field(
+        description="Whether native work of a Thread waits until it consumed that Thread's"
+        " records.")
+    version: int
+    batch: int
+    dispatch_timeout_ms: int
+    state: Literal["delivering", "caught-up", "backing-off", "parked"] = Field(
+        description="`caught-up`: nothing past its cursor. `delivering`: records wait and it can"
+        " take them. `backing-off`: its last delivery failed; retried at `retry_at`. `parked`:"
+        " its destination refused a batch for good (`detail`); a deploy that bumps its version"
+        " delivers again."
+    )
+    cursor: int = Field(description="The log position of the last record it consumed.")
+    log_end: int = Field(description="The log position of the space's newest record.")
+    delivered: int = Field(description="Batches delivered since its version started.")
+    delivered_at: int | None
+    failures: int = Field(description="Failed deliveries in a row.")
+    retry_at: int | None
+    error_type: str | None
+    error: str | None
+    detail: str | None = Field(description="What the refusal that parked it kept.")
+    failed_at: int | None
+    waiting_threads: list[str] = Field(
+        description="Required subscribers: the Threads whose native work waits for it.")
+    waiting_submissions: list[str] = Field(
+        description="Required subscribers: the open submissions of those Threads.")
+
+
 class MaintenanceView(_Response):
     """The object's maintenance state: lanes, generation, alarm, faults, recent passes,
     schedules and host lanes."""
@@ -559,6 +625,10 @@ class MaintenanceView(_Response):
     )
     host_lanes: list[HostLaneView] = Field(
         description="The host lanes this deployment declares (`@app.lane`), by id."
+    )
+    subscribers: list[SubscriberView] = Field(
+        default_factory=list,
+        description="The subscribers this deployment declares (`@app.subscriber`), by name.",
     )
 
 
@@ -603,6 +673,7 @@ __all__ = [
     "JournalSummary",
     "LaneView",
     "MaintenanceView",
+    "MessageView",
     "NativeRetryView",
     "OpenSubmission",
     "PassReportView",

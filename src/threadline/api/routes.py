@@ -99,7 +99,8 @@ ROUTES: list[Route] = [
            200: (SubmissionView, "Replayed: the key was already used with this input.")},
           body=SubmitRequest, problems=(409,), location=True),
     Route("GET", _SUBMISSION, submissions.get_submission, "getSubmission",
-          "A submission: state, attempts, outcome, waits and journal summary.",
+          "A submission: state, attempts, outcome, waits, journal summary and the messages"
+          " it sent.",
           {200: (SubmissionDetail, "The submission.")}),
     Route("POST", _SUBMISSION + "/abort", submissions.abort, "abortSubmission",
           "Abort a submission (durable at once; a running Attempt stops at a step boundary).",

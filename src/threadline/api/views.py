@@ -7,6 +7,7 @@ from threadline.api.models import (
     JournalStepView,
     JournalSummary,
     LossesView,
+    MessageView,
     OpenSubmission,
     ScheduledItem,
     SubmissionDetail,
@@ -73,13 +74,15 @@ def _submission_fields(submission: Submission | ScheduledSubmission) -> dict[str
 def submission_detail(
     storage: Storage, ledger: Ledger, submission: Submission | ScheduledSubmission
 ) -> SubmissionDetail:
-    """A submission with its waits, journal summary, abort intent and lost Attempts (three
-    indexed reads besides the submission's row; none for a scheduled one, which has none)."""
+    """A submission with its waits, journal summary, abort intent, lost Attempts and messages
+    (four indexed reads besides the submission's row; none for a scheduled one, which has
+    none)."""
     if isinstance(submission, ScheduledSubmission):
         return SubmissionDetail.model_validate({
-            **_scheduled_fields(submission), "waits": [], "abort": None,
+            **_scheduled_fields(submission), "waits": [], "abort": None, "messages": [],
             "journal": JournalSummary(steps=0, finished=0, failed=0, in_flight=0, entries=[]),
             "losses": LossesView(total=0, in_a_row=0, position=None, last_cause=None),
+            "joined_to": None,
         })
     steps = views.journal_of(storage, submission.id)
     intent = ledger.read_abort_intent(submission.id)
@@ -124,6 +127,19 @@ def submission_detail(
                 position=submission.loss_position,
                 last_cause=None if submission.loss_cause is None else submission.loss_cause.value,
             ),
+            "joined_to": submission.joined_to,
+            "messages": [
+                MessageView.model_validate(
+                    {
+                        "id": sent.id, "to_space": sent.to_space, "to_thread": sent.to_thread,
+                        "agent": sent.agent, "state": sent.state, "attempts": sent.attempts,
+                        "next_attempt_at": sent.next_attempt_at, "error": sent.last_error,
+                        "submission_id": sent.admitted_as, "created_at": sent.created_at,
+                        "delivered_at": sent.delivered_at, "failed_at": sent.failed_at,
+                    }
+                )
+                for sent in views.messages_of(storage, submission.id)
+            ],
         }
     )
 

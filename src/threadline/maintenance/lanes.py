@@ -62,7 +62,15 @@ from threadline.abandonment import Abandoned
 from threadline.clock import Clock
 from threadline.config import RuntimeConfig
 from threadline.errors import Evicted, SchedulingError, ThreadlineError
-from threadline.scheduling import NATIVE, DueQueue, Lane, LaneState, MutationGate, backoff_ms
+from threadline.scheduling import (
+    NATIVE,
+    PUBLICATION,
+    DueQueue,
+    Lane,
+    LaneState,
+    MutationGate,
+    backoff_ms,
+)
 from threadline.scheduling import state as generation
 from threadline.scheduling.due_queue import RESERVED_PREFIX, validate_lane_id
 from threadline.storage.port import Storage
@@ -82,6 +90,9 @@ _HOST_LANE_ROWS = (
     "SELECT id, due_at FROM tl_lanes WHERE id < ?"
     " UNION ALL SELECT id, due_at FROM tl_lanes WHERE id >= ?"
 )
+# Lanes the pass serves itself, never through a wave: native work, and subscriber delivery
+# (threadline.maintenance.publication), whose per-subscriber state is its own.
+_PASS_DRIVEN = frozenset({NATIVE, PUBLICATION})
 #: The least id above every id with the reserved prefix.
 _AFTER_RESERVED = RESERVED_PREFIX[:-1] + chr(ord(RESERVED_PREFIX[-1]) + 1)
 
@@ -340,7 +351,7 @@ class LaneRunner:
     def concurrent(self, lanes: list[Lane]) -> list[Lane]:
         """The lanes among ``lanes`` whose waves run beside native work."""
         return [lane for lane in lanes
-                if lane.id != NATIVE and not self._after_native(lane.id)]
+                if lane.id not in _PASS_DRIVEN and not self._after_native(lane.id)]
 
     @property
     def has_after_native(self) -> bool:

@@ -58,7 +58,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -70,10 +70,12 @@ from threadline.errors import BindingUnavailable, ThreadlineError
 from threadline.maintenance.bindings import BindingWaits
 from threadline.maintenance.faults import Fault, RecoveryFaults
 from threadline.maintenance.lanes import LaneRunner, WaveResult
+from threadline.maintenance.publication import Publication
 from threadline.maintenance.report import PassPhase, PassReport, PassReports, failure_fields
 from threadline.maintenance.view import Need, ThreadView, classify
 from threadline.scheduling import (
     NATIVE,
+    PUBLICATION,
     AlarmDecision,
     Lane,
     NativeRetry,
@@ -119,6 +121,8 @@ class MaintenanceParts:
     faults: RecoveryFaults
     bindings: BindingWaits
     log: Callable[[str], None] | None = None
+    #: Delivery to the declared subscribers (None: the pass delivers nothing).
+    publication: Publication | None = None
 
 
 @dataclass
@@ -320,6 +324,7 @@ class Maintenance:
         self._lanes = parts.lanes
         self._faults = parts.faults
         self._bindings = parts.bindings
+        self._publication = parts.publication
         self._log = parts.log if parts.log is not None else _logger.error
         #: Recent pass reports of this incarnation (failed ones are durable too).
         self.reports = PassReports(parts.storage)
@@ -411,16 +416,44 @@ class Maintenance:
             asyncio.ensure_future(self._wave(lane, event_deadline, tally, selected_at=started))
             for lane in self._lanes.due(due, started)
         ]
+        pub = self._publication
+        # Subscribers are served by an actionable pass (its native work may have appended
+        # records) and by one their lane brought; a caught-up pass reads nothing of them.
+        publishing = pub is not None and pub.declared and (
+            observed.actionable or any(lane.id == PUBLICATION for lane in due))
+        deliveries: list[asyncio.Future[bool]] = []
+        required_first: asyncio.Future[bool] | None = None
+        if pub is not None and publishing:
+            tally.waves.add(PUBLICATION)
+            pub.begin_pass()
+            # Required subscribers drain before native work; the others go beside it.
+            if pub.required:
+                required_first = asyncio.ensure_future(pub.round(event_deadline, required=True))
+                deliveries.append(required_first)
+            deliveries.append(asyncio.ensure_future(pub.round(event_deadline, required=False)))
         scan = self._scan = _Scan(self)
         failure: Exception | None = None
         try:
             if observed.actionable:
+                gated: dict[str, str] | None = None
+                if pub is not None and publishing and required_first is not None:
+                    await required_first
+                    gated = pub.gated()
                 with self._gate.native_source(crash_fallback=observed.fallback,
                                               retry_recorded=observed.retry_recorded):
-                    await self._native(started, observed, tally, scan)
-                await self._checkpoint(observed, tally, scan)
+                    await self._native(started, observed, tally, scan, gated)
+                if pub is not None and publishing:
+                    await asyncio.gather(*deliveries)
+                    # What this pass's own Attempts appended, delivered in the same event.
+                    if pub.behind():
+                        await pub.round(event_deadline)
+                    if gated is not None:
+                        gated = pub.gated()
+                await self._checkpoint(observed, tally, scan, gated)
             if waves:
                 await asyncio.gather(*waves)
+            if deliveries:
+                await asyncio.gather(*deliveries)
             if observed.actionable and (
                     self._queue.lane_enrollments != enrollments
                     or any(lane.id not in tally.waves for lane in self._lanes.concurrent(due))):
@@ -438,12 +471,19 @@ class Maintenance:
             self._scan = None
             for wave in waves:
                 wave.cancel()
+            for delivery in deliveries:
+                delivery.cancel()
         # Every native Attempt has joined, even if native work failed: after-native lanes.
         unchanged = failure is None and self._queue.lane_enrollments == enrollments
         await self._after_native(due if unchanged else None, event_deadline, tally)
         if failure is not None:
             raise failure
 
+        if pub is not None and pub.declared and (publishing or tally.waves):
+            # A lane wave may have appended records too (a message refused for good, say):
+            # whatever is left to deliver has the publication lane due.
+            pub.settle_lane(self._clock.now_ms())
+            pub.report_parked()
         await self._fp.reached(FINISH_BEFORE)
         now = self._clock.now_ms()
         with self._gate.snapshot():
@@ -551,7 +591,8 @@ class Maintenance:
         return items, deadlines
 
     async def _native(
-        self, started: int, observed: _Observed, tally: _Tally, scan: _Scan
+        self, started: int, observed: _Observed, tally: _Tally, scan: _Scan,
+        gated: dict[str, str] | None = None,
     ) -> None:
         config = self._config
         yield_after = started + config.yield_after_ms
@@ -582,9 +623,11 @@ class Maintenance:
                     free = config.native_concurrency - len(tasks)
                     # One head per Thread: a Thread with an Attempt running is not offered
                     # again (its cached view predates the Attempt).
+                    # A Thread with records a required subscriber has not consumed waits.
                     runnable = [view for view in views if view.need is Need.RUNNABLE
                                 and view.thread_id not in deferred
-                                and view.thread_id not in tasks]
+                                and view.thread_id not in tasks
+                                and (gated is None or view.thread_id not in gated)]
                     if free > 0 and runnable:
                         for view in await self._select(runnable, free, observed, tally):
                             tally.dispatched += 1
@@ -601,6 +644,12 @@ class Maintenance:
                         scan.changed(thread_id)
                         if not task.result():
                             deferred.add(thread_id)
+                        if gated is not None and self._publication is not None:
+                            # What the Attempt appended waits for the required subscribers
+                            # before the Thread's next head may run.
+                            holder = self._publication.gated_thread(thread_id)
+                            if holder is not None:
+                                gated[thread_id] = holder
         finally:
             deadline.cancel()
             for thread_id, task in tasks.items():
@@ -825,13 +874,20 @@ class Maintenance:
 
     # -- checkpoint and failure ----------------------------------------------------------------
 
-    async def _checkpoint(self, observed: _Observed, tally: _Tally, scan: _Scan) -> None:
+    async def _checkpoint(
+        self, observed: _Observed, tally: _Tally, scan: _Scan,
+        gated: Mapping[str, str] | None = None,
+    ) -> None:
         await self._fp.reached(CHECKPOINT_BEFORE)
         with self._gate.snapshot() as active:
-            self._storage.transaction(lambda: self._certify(observed, tally, active, scan))
+            self._storage.transaction(
+                lambda: self._certify(observed, tally, active, scan, gated or {}))
         await self._fp.reached(CHECKPOINT_AFTER)
 
-    def _certify(self, observed: _Observed, tally: _Tally, active: int, scan: _Scan) -> None:
+    def _certify(
+        self, observed: _Observed, tally: _Tally, active: int, scan: _Scan,
+        gated: Mapping[str, str],
+    ) -> None:
         now = self._clock.now_ms()
         current = generation.read_state(self._storage)
         # Every Attempt has joined: the scan re-reads the Threads the pass touched and those
@@ -842,9 +898,21 @@ class Maintenance:
         tally.nonterminal = nonterminal
         # A Thread whose fault transition storage refused is owed too, even with no view.
         owed_now = bool(tally.unrecorded) or any(
-            view.need in (Need.RUNNABLE, Need.RECOVER) for view in views)
+            view.need in (Need.RUNNABLE, Need.RECOVER) and view.thread_id not in gated
+            for view in views)
         timed = [view.due_at for view in views
                  if view.need in (Need.TIMED, Need.FAULTED) and view.due_at is not None]
+        # Runnable work held by the required gate is due when its subscriber can deliver
+        # again: now when it merely ran out of its wave, at its retry when it backs off,
+        # never while it is parked (a deploy that bumps its version wakes native work).
+        pub = self._publication
+        if pub is not None:
+            for view in views:
+                name = gated.get(view.thread_id)
+                if name is not None and view.need is Need.RUNNABLE:
+                    due = pub.ready_at(name, now)
+                    if due is not None:
+                        timed.append(due)
         # Suspensions whose timers were not due at the last full scan were not visited: their
         # earliest timer bounds when one can wake (one that fell due since is due now).
         since = scan.scanned_at

@@ -1,5 +1,5 @@
 """What the maintenance package shows operators: faults, binding waits, pass reports,
-schedules and host lanes.
+schedules, host lanes and subscribers.
 
 Read on request (the HTTP maintenance report), never by the pass itself. Each method returns
 plain mappings shaped like the API's response models; members beyond those are passed through.
@@ -13,6 +13,7 @@ from typing import Any
 from threadline.maintenance.bindings import BindingWaits
 from threadline.maintenance.faults import RecoveryFaults
 from threadline.maintenance.host_lanes import HostLanes
+from threadline.maintenance.publication import Publication
 from threadline.maintenance.report import PassReport, PassReports
 from threadline.maintenance.schedule_lanes import ScheduleRunner
 from threadline.scheduling import DueQueue
@@ -34,6 +35,7 @@ class MaintenanceReadout:
         schedules: ScheduleRunner | None = None,
         host_lanes: HostLanes | None = None,
         due_queue: DueQueue | None = None,
+        publication: Publication | None = None,
     ) -> None:
         self._faults = faults
         self._bindings = bindings
@@ -41,6 +43,7 @@ class MaintenanceReadout:
         self._schedules = schedules
         self._host_lanes = host_lanes
         self._queue = due_queue
+        self._publication = publication
 
     def faults(self) -> Sequence[Mapping[str, Any]]:
         """Open recovery faults, one per blocked Thread, by Thread id."""
@@ -93,6 +96,13 @@ class MaintenanceReadout:
                 "stalls": 0 if row is None else row.stalls,
             })
         return out
+
+    def subscribers(self) -> Sequence[Mapping[str, Any]]:
+        """Each declared subscriber: cursor, state, failures, the refusal that parked it, and
+        for a required one behind, the Threads (and their open submissions) it holds."""
+        if self._publication is None:
+            return ()
+        return self._publication.readout()
 
 
 def _report(report: PassReport) -> dict[str, Any]:

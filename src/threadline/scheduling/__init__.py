@@ -31,6 +31,7 @@ from threadline.scheduling.due_queue import (
 from threadline.scheduling.failpoints import (
     FAILPOINT_LOCATIONS,
     MAINTENANCE_LOCATIONS,
+    PUBLICATION_LOCATIONS,
     RUNTIME_LOCATIONS,
     SCHEDULE_LOCATIONS,
     FailpointGate,
@@ -84,6 +85,7 @@ __all__ = [
     "PARKED_RETRY_MS",
     "PROJECTION",
     "PUBLICATION",
+    "PUBLICATION_LOCATIONS",
     "RECOVERY_EVENTS",
     "RUNTIME_LOCATIONS",
     "SCHEDULE_LOCATIONS",

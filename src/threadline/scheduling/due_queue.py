@@ -415,15 +415,22 @@ class DueQueue:
         One statement while the lane's row exists (it is registered at start-up); nothing is
         written when the lane already is as asked.
         """
+        self.set_due(NATIVE, due_at)
+
+    def set_due(self, lane_id: str, due_at: int | None) -> None:
+        """Set the deadline of a lane the pass drives itself (native, publication), with no
+        wave claiming it: its floor is its owner's, so none is kept here, and the revision
+        stays (the pass is not a producer). Nothing is written when the lane already is as
+        asked; a missing row is registered first."""
         for _ in range(2):
             if due_at is None:
-                changed = self._storage.exec(_CHECKPOINT_IDLE, NATIVE).changed
+                changed = self._storage.exec(_CHECKPOINT_IDLE, lane_id).changed
             else:
-                changed = self._storage.exec(_CHECKPOINT_DUE, int(due_at), NATIVE,
+                changed = self._storage.exec(_CHECKPOINT_DUE, int(due_at), lane_id,
                                              int(due_at)).changed
             # Nothing changed: the lane already is as asked, or its row is missing (then it
             # is registered idle and set once more).
-            if changed or self._storage.exec(_REGISTER, NATIVE).changed == 0:
+            if changed or self._storage.exec(_REGISTER, lane_id).changed == 0:
                 return
 
     def defer(self, until: int) -> int:

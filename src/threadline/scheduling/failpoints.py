@@ -40,6 +40,11 @@ MAINTENANCE_LOCATIONS: tuple[str, ...] = (
     "maintenance:finish:after",
     # After each committed batch of the delayed lane's admissions.
     "maintenance:delayed:admitted",
+    # Inside the transaction that admits a message into its own space, before it is marked
+    # delivered (a loss there rolls both back).
+    "maintenance:messages:admitting",
+    # After another space's object answered a message, before the answer is recorded.
+    "maintenance:messages:answered",
 )
 #: Boundaries of the thread runtime (an Attempt and its steps).
 RUNTIME_LOCATIONS: tuple[str, ...] = (
@@ -47,6 +52,7 @@ RUNTIME_LOCATIONS: tuple[str, ...] = (
     "step:started",
     "step:finished",
     "emit:committed",
+    "followups:joined",
     "settle:before",
     "settle:after",
 )
@@ -58,9 +64,15 @@ SCHEDULE_LOCATIONS: tuple[str, ...] = (
     "schedule:run:returned",
     "schedule:run:completed",
 )
+#: Boundaries of one subscriber batch: right before its delivery is called, and after it
+#: returned (before its cursor is written).
+PUBLICATION_LOCATIONS: tuple[str, ...] = (
+    "publication:deliver:before",
+    "publication:deliver:after",
+)
 #: Every location :meth:`Failpoints.install` accepts by default.
 FAILPOINT_LOCATIONS: frozenset[str] = frozenset(
-    MAINTENANCE_LOCATIONS + RUNTIME_LOCATIONS + SCHEDULE_LOCATIONS
+    MAINTENANCE_LOCATIONS + RUNTIME_LOCATIONS + SCHEDULE_LOCATIONS + PUBLICATION_LOCATIONS
 )
 
 #: A handler gets the location; it may raise, or return an awaitable for :meth:`reached`.
@@ -159,6 +171,7 @@ class FailpointGate:
 __all__ = [
     "FAILPOINT_LOCATIONS",
     "MAINTENANCE_LOCATIONS",
+    "PUBLICATION_LOCATIONS",
     "RUNTIME_LOCATIONS",
     "SCHEDULE_LOCATIONS",
     "FailpointGate",

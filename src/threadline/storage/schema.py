@@ -526,6 +526,72 @@ _LANES_KEY = (
     "ALTER TABLE tl_maintenance ADD COLUMN lanes_key TEXT",
 )
 
+# Follow-up input joined into a running head (``turn.followups()``) names that head here, so
+# its view says which submission it joined and the head's settlement finds it. Written by
+# the move into ``joined``, an UPDATE of the row that move writes anyway; no index names it
+# (the head's settlement finds its joined input in its Thread's dormant range of the
+# open-work index). Added in place, like the loss columns.
+_JOINED_TO = (
+    "ALTER TABLE tl_submissions ADD COLUMN joined_to TEXT",
+)
+
+# Messages name the agent to run at their target (None: the target Thread's latest, else its
+# only one), the submission they became there once delivered, and when they failed for good.
+# Nullable columns, so the rows already written stay as they are.
+_MESSAGE_ROUTING = (
+    "ALTER TABLE tl_messages ADD COLUMN agent TEXT",
+    "ALTER TABLE tl_messages ADD COLUMN admitted_as TEXT",
+    "ALTER TABLE tl_messages ADD COLUMN failed_at INTEGER",
+)
+
+# Subscribers: one durable cursor each over the space's log.
+# - tl_history becomes a rowid table whose ``pos`` (the rowid) orders every record of the
+#   space as it was appended: a new row's rowid is above every row present, and appends run in
+#   the object's synchronous transactions, so a record never commits below a position a
+#   cursor has passed. One cursor row per subscriber then finds its next batch with one seek
+#   (``pos > cursor``), whatever the number of Threads, and a batch spanning many Threads is
+#   still one row written. It costs one more b-tree entry per record (the rowid table beside
+#   the unique (thread_id, seq) and record_id keys). History rows are never deleted: a deleted
+#   newest row would let its rowid be handed out again (AUTOINCREMENT, which forbids that,
+#   writes sqlite_sequence on every append). Existing rows are numbered Thread by Thread, in
+#   seq order, which is all a cursor needs: records of different Threads are not ordered.
+# - tl_subscribers holds each subscriber's cursor, version, failure streak and parking. It
+#   has no secondary index: a delivered batch writes its one row and nothing else.
+_SUBSCRIBERS = (
+    "ALTER TABLE tl_history RENAME TO tl_history_old",
+    """CREATE TABLE tl_history (
+        pos INTEGER PRIMARY KEY,
+        thread_id TEXT NOT NULL REFERENCES tl_threads (id),
+        seq INTEGER NOT NULL CHECK (seq >= 1),
+        record_id TEXT NOT NULL UNIQUE,
+        submission_id TEXT,
+        kind TEXT NOT NULL,
+        body_json TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        UNIQUE (thread_id, seq)
+    )""",
+    """INSERT INTO tl_history (thread_id, seq, record_id, submission_id, kind, body_json,
+        created_at)
+    SELECT thread_id, seq, record_id, submission_id, kind, body_json, created_at
+    FROM tl_history_old ORDER BY thread_id, seq""",
+    "DROP TABLE tl_history_old",
+    """CREATE TABLE tl_subscribers (
+        name TEXT PRIMARY KEY NOT NULL,
+        version INTEGER NOT NULL CHECK (version >= 1),
+        cursor INTEGER NOT NULL CHECK (cursor >= 0),
+        state TEXT NOT NULL CHECK (state IN ('active', 'parked')),
+        failures INTEGER NOT NULL DEFAULT 0 CHECK (failures >= 0),
+        retry_at INTEGER,
+        delivered INTEGER NOT NULL DEFAULT 0 CHECK (delivered >= 0),
+        delivered_at INTEGER,
+        error_type TEXT,
+        error TEXT,
+        detail TEXT,
+        failed_at INTEGER,
+        reported INTEGER NOT NULL DEFAULT 0 CHECK (reported IN (0, 1))
+    ) WITHOUT ROWID""",
+)
+
 # One log: the settlement and approval records now go to tl_history with the Thread's other
 # records, so tl_outbox (written, never read) goes. Its rows are dropped, not moved. They were
 # never delivered to anyone, and they cannot join the log in their places: a Thread's seqs are
@@ -538,15 +604,17 @@ _ONE_LOG = (
     "DROP TABLE tl_outbox",
 )
 
-# One b-tree per record instead of two: record_id is no longer UNIQUE (an index entry is a
+# One b-tree entry fewer per record: record_id is no longer UNIQUE (an index entry is a
 # billed row written per record). Each writer appends an id once by the guard of its own fact;
 # an emitted record is found again by its Attempt among the submission's records, which all
 # follow the submission's first claim: tl_submissions.history_from, where the Thread's log
 # ended then, set by that claim. A submission that may have been claimed before this version
 # (open, not queued: a claim never returns one to queued) reads its Thread's log from the start.
+# The rebuild keeps every row's ``pos``: subscribers' cursors point at them.
 _LEAN_HISTORY = (
     "ALTER TABLE tl_history RENAME TO tl_history_old",
     """CREATE TABLE tl_history (
+        pos INTEGER PRIMARY KEY,
         thread_id TEXT NOT NULL REFERENCES tl_threads (id),
         seq INTEGER NOT NULL CHECK (seq >= 1),
         record_id TEXT NOT NULL,
@@ -554,11 +622,11 @@ _LEAN_HISTORY = (
         kind TEXT NOT NULL,
         body_json TEXT NOT NULL,
         created_at INTEGER NOT NULL,
-        PRIMARY KEY (thread_id, seq)
-    ) WITHOUT ROWID""",
-    """INSERT INTO tl_history (thread_id, seq, record_id, submission_id, kind, body_json,
+        UNIQUE (thread_id, seq)
+    )""",
+    """INSERT INTO tl_history (pos, thread_id, seq, record_id, submission_id, kind, body_json,
         created_at)
-    SELECT thread_id, seq, record_id, submission_id, kind, body_json, created_at
+    SELECT pos, thread_id, seq, record_id, submission_id, kind, body_json, created_at
     FROM tl_history_old""",
     "DROP TABLE tl_history_old",
     "ALTER TABLE tl_submissions ADD COLUMN history_from INTEGER"
@@ -569,8 +637,8 @@ _LEAN_HISTORY = (
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
 MIGRATIONS: list[tuple[str, ...]] = [
     _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS, _LEAN_SUBMISSIONS,
-    _LEAN_OUTBOX, _HELD_FOLLOWERS, _LOSSES, _SCHEDULES, _DELAYED, _LANES_KEY, _ONE_LOG,
-    _LEAN_HISTORY,
+    _LEAN_OUTBOX, _HELD_FOLLOWERS, _LOSSES, _SCHEDULES, _DELAYED, _LANES_KEY,
+    _JOINED_TO, _MESSAGE_ROUTING, _SUBSCRIBERS, _ONE_LOG, _LEAN_HISTORY,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -8,6 +8,7 @@ Every write goes through the scheduling package's mutation gate.
 """
 
 from threadline.threads.agents import AgentBinding, AgentRegistry, binding_registry_key
+from threadline.threads.followups import Followup
 from threadline.threads.ledger import AbortIntent, Ledger
 from threadline.threads.model import (
     Admission,
@@ -38,6 +39,7 @@ __all__ = [
     "AgentRegistry",
     "ApprovalDecision",
     "Disposition",
+    "Followup",
     "Ledger",
     "Outcome",
     "RecoveryBlocked",

@@ -35,6 +35,8 @@ class AgentBinding:
     name: str
     version: str
     fn: AgentFn
+    #: The agent takes input submitted to its Thread while it runs (``turn.followups()``).
+    join_followups: bool = False
 
 
 class AgentRegistry:
@@ -43,8 +45,14 @@ class AgentRegistry:
     def __init__(self) -> None:
         self._bindings: dict[str, AgentBinding] = {}
 
-    def register(self, name: str, fn: AgentFn, *, version: str = "1") -> AgentBinding:
-        """Register ``fn`` as the agent ``name``; a second registration of a name is an error."""
+    def register(
+        self, name: str, fn: AgentFn, *, version: str = "1", join_followups: bool = False
+    ) -> AgentBinding:
+        """Register ``fn`` as the agent ``name``; a second registration of a name is an error.
+
+        ``join_followups`` lets its Attempts collect input queued behind them with
+        :meth:`~threadline.Turn.followups` instead of leaving it to run after them.
+        """
         if _NAME.fullmatch(name) is None or name in (".", ".."):
             # "." and ".." match the pattern, but admission refuses them as ids (no URL can
             # carry them), so an agent so named could never be submitted to.
@@ -55,9 +63,11 @@ class AgentRegistry:
             raise ValueError(f"agent version {version!r} must match [A-Za-z0-9._+-]{{1,64}}")
         if not inspect.iscoroutinefunction(fn):
             raise TypeError(f"agent {name!r} must be an async function taking a Turn")
+        if not isinstance(join_followups, bool):
+            raise TypeError("join_followups must be True or False")
         if name in self._bindings:
             raise ValueError(f"agent {name!r} is already registered")
-        binding = AgentBinding(name, version, fn)
+        binding = AgentBinding(name, version, fn, join_followups)
         self._bindings[name] = binding
         return binding
 

@@ -102,7 +102,6 @@ _ABORT_AT_ONCE = frozenset(
         SubmissionState.READY,
         SubmissionState.SUSPENDED,
         SubmissionState.UNKNOWN,
-        SubmissionState.JOINED,
         SubmissionState.TERMINALIZING,
     }
 )
@@ -326,7 +325,9 @@ class Ledger:
 
         A running Attempt observes the intent at its next step boundary (or its settlement);
         if its lease expires first, recovery settles it aborted. Aborting a settled submission
-        changes nothing and returns it.
+        changes nothing and returns it. Input joined into a running head settles with that
+        head: aborting it alone raises :class:`Conflict` (abort the head instead), and the
+        head's abort settles it aborted too.
         """
         reason = check_abort_reason(reason)
         try:
@@ -338,6 +339,12 @@ class Ledger:
             return self._abort_scheduled(waiting.submission, reason)
         if current.state is SubmissionState.SETTLED:
             return current
+        if current.state is SubmissionState.JOINED:
+            raise Conflict(
+                f"submission {submission_id!r} was joined into {current.joined_to!r} as"
+                " follow-up input and settles with it: abort that submission instead",
+                field="submission",
+            )
 
         def write() -> Submission:
             now = self.clock.now_ms()

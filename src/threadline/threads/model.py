@@ -181,6 +181,9 @@ class Submission:
     loss_position: int | None = None
     #: The cause of the latest loss.
     loss_cause: LossCause | None = None
+    #: The head this submission was joined into as follow-up input (``turn.followups()``),
+    #: kept after it settles; None for input that ran on its own.
+    joined_to: str | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Submission:
@@ -207,6 +210,7 @@ class Submission:
             loss_streak=int(row["loss_streak"]),
             loss_position=row["loss_position"],
             loss_cause=None if row["loss_cause"] is None else LossCause(row["loss_cause"]),
+            joined_to=row["joined_to"],
         )
 
 

@@ -243,7 +243,8 @@ class ThreadRuntime:
         deadline = self.clock.now_ms() + self.config.attempt_timeout_ms
         turn = Turn(claim, storage=self.storage, gate=self.gate, clock=self.clock,
                     failpoints=self.failpoints, yield_after=yield_after, config=self.config,
-                    deadline=deadline, host_lanes=self.host_lanes, agents=self.registry)
+                    deadline=deadline, host_lanes=self.host_lanes, agents=self.registry,
+                    join_followups=binding.join_followups)
         try:
             value = await self._bounded(binding.fn(turn), deadline, turn)
         except LeaseLost:

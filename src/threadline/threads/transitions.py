@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from threadline.records import SUBMISSION_SETTLED
 from threadline.storage.port import Storage
-from threadline.threads import history, waits
+from threadline.threads import followups, history, waits
 from threadline.threads.model import (
     AbortState,
     JsonValue,
@@ -97,6 +97,8 @@ _READ_INTENT_REASON = "SELECT state, reason FROM tl_abort_intents WHERE submissi
 #: Open states that wait on the outside world: out of the live index (``dormant = 1``).
 #: Queued or ready input behind a suspended head may be dormant too (:func:`hold_followers`).
 DORMANT = frozenset({SubmissionState.SUSPENDED, SubmissionState.UNKNOWN, SubmissionState.JOINED})
+#: States a submission settles from that no input can have been joined into: it never ran.
+_NEVER_JOINED_INTO = frozenset({SubmissionState.QUEUED, SubmissionState.JOINED})
 
 
 def claim(
@@ -213,9 +215,13 @@ def settle(
     result_json: str | None = None,
     error: JsonValue = None,
     loss_counted: bool = False,
+    joined_to: str | None = None,
 ) -> bool:
     """Settle once: the submission, its open waits, its abort intent and its
-    ``submission.settled`` record in the Thread's log, written once by this compare-and-set.
+    ``submission.settled`` record in the Thread's log, written once by this compare-and-set;
+    then the input joined into it (:mod:`threadline.threads.followups`), each with the same
+    outcome, its own settlement and its own settled record (which names the head,
+    ``joined_to``).
 
     Settling a ``running`` submission ends its Attempt: as for :func:`move`, that restarts
     the loss streak unless ``loss_counted``. Returns False, having changed nothing, when the
@@ -238,6 +244,8 @@ def settle(
         body["result"] = decode_json(result_json)
     if error is not None:
         body["error"] = error
+    if joined_to is not None:
+        body["joined_to"] = joined_to
     history.append_history(
         storage,
         record_id=f"{submission_id}:settled",
@@ -248,6 +256,14 @@ def settle(
         body_json=encode_json(body, max_depth=None),
         now=now,
     )
+    if state not in _NEVER_JOINED_INTO:
+        for follower, follower_revision in followups.joined_to(storage, thread_id,
+                                                                submission_id):
+            # Read in this transaction, so the compare-and-set holds; through the module's
+            # own name, so that whatever wraps ``settle`` sees these settlements too.
+            settle(storage, follower, thread_id=thread_id, state=SubmissionState.JOINED,
+                   revision=follower_revision, outcome=outcome, now=now,
+                   result_json=result_json, error=error, joined_to=submission_id)
     return True
 
 

@@ -6,9 +6,9 @@ runs the agent again from the top, after a crash, a retry or a wait, meets its e
 the same order and gets the recorded answers back instead of repeating it. Agents must therefore
 be deterministic apart from what they do inside steps.
 
-Every boundary (a step, emit, send, approval or sleep that has not happened yet) first checks
-the submission's abort intent and the pass's yield deadline, and every write is fenced by the
-Attempt's claim: an Attempt that lost its lease cannot write anything more.
+Every boundary (a step, emit, send, approval, sleep or followups call that has not happened
+yet) first checks the submission's abort intent and the pass's yield deadline, and every write
+is fenced by the Attempt's claim: an Attempt that lost its lease cannot write anything more.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from threadline.errors import (
 from threadline.storage.port import Storage
 from threadline.threads import (
     delayed,
+    followups,
     history,
     journal,
     ledger,
@@ -42,6 +43,7 @@ from threadline.threads import (
     views,
     waits,
 )
+from threadline.threads.followups import MAX_FOLLOWUPS, Followup
 from threadline.threads.model import (
     MAX_SLEEP_SECONDS,
     ApprovalDecision,
@@ -82,6 +84,7 @@ _FENCE = "SELECT state, revision, lease_owner FROM tl_submissions WHERE id = ?"
 STEP_STARTED = "step:started"
 STEP_FINISHED = "step:finished"
 EMIT_COMMITTED = "emit:committed"
+FOLLOWUPS_JOINED = "followups:joined"
 
 #: What ``emit(kind=...)`` accepts: a letter, then up to 63 of ``[A-Za-z0-9_.:-]``.
 KIND_PATTERN = r"[A-Za-z][A-Za-z0-9_.:-]{0,63}"
@@ -193,6 +196,7 @@ class Turn:
         deadline: int | None = None,
         host_lanes: Set[str] = frozenset(),
         agents: Container[str] = frozenset(),
+        join_followups: bool = False,
     ) -> None:
         self._claim = claim
         self._storage = storage
@@ -206,6 +210,8 @@ class Turn:
         self._host_lanes = host_lanes
         # The agents this deployment registers: what ``submit`` may name.
         self._agents = agents
+        # The agent was registered with ``join_followups=True``: it may call followups().
+        self._join_followups = join_followups
         self._seen: dict[str, int] = {}
         self._position = 0
         # Uncertain steps this Attempt journaled as started and not yet as finished or failed.
@@ -415,14 +421,25 @@ class Turn:
             self._records = history.submission_records(self._storage, self.submission_id)
         return self._records
 
-    async def send(self, space: str, thread: str, input: JsonValue) -> str:
-        """Queue ``input`` for the Thread ``thread`` of ``space``; returns the message id.
+    async def send(
+        self, space: str, thread: str, input: JsonValue, agent: str | None = None
+    ) -> str:
+        """Send ``input`` to the Thread ``thread`` of ``space``; returns the message id.
 
-        Only the outbound row is written here (once, even on replay); the messages lane
-        delivers it later, at least once.
+        Only the message is written here, once even across replays (its id is this
+        submission's id and the call's place in it: ``<submission id>:send``,
+        ``...:send#2``). The ``threadline:messages`` lane delivers it: into this space in one
+        transaction, into another through the Worker's ``THREADS`` binding. It becomes a
+        submission of ``thread`` for ``agent`` (None: the Thread's latest agent there, else
+        its only one), admitted once by message id however often it is delivered. A message
+        refused there for good (an unknown agent, invalid input) is marked failed and a
+        ``message.failed`` record lands in this Thread's log. This submission's detail lists
+        its messages and their states.
         """
         _checked(lambda: check_id(space, field="space"))
         _checked(lambda: check_id(thread, field="thread"))
+        if agent is not None:
+            _checked(lambda: check_id(agent, field="agent"))
         message_id = f"{self.submission_id}:{self._key('send')}"
         self._next_position()
         if messages.message_exists(self._storage, message_id):
@@ -434,7 +451,7 @@ class Turn:
             messages.enqueue_message(
                 self._storage, message_id=message_id, from_thread=self.thread_id,
                 from_submission=self.submission_id, to_space=space, to_thread=thread,
-                input_json=input_json, now=self._clock.now_ms(),
+                input_json=input_json, now=self._clock.now_ms(), agent=agent,
             )
 
         self._write(write, lanes=(MESSAGES,))
@@ -557,6 +574,45 @@ class Turn:
 
         self._write(write)
         return submitted[-1]
+
+    async def followups(self) -> list[Followup]:
+        """Take the input submitted to this Thread since the last call (or since the
+        submission was queued): a list of :class:`~threadline.Followup` (``submission_id``,
+        ``input``), oldest first, empty when nothing new waits.
+
+        Only for an agent registered with ``join_followups=True`` (otherwise
+        ``ValidationFailed`` fails the Attempt for good). What it returns is joined into this
+        submission: those submissions go ``joined``, do not run on their own, and settle with
+        this one's outcome. It takes the queued input right behind this submission for the
+        same agent, up to the first that is not (another agent's input stays FIFO), at most
+        ``MAX_FOLLOWUPS`` per call. Each call is journaled (``followups``, ``followups#2``...)
+        in the transaction that joins its list, so a replay of the Attempt gets the same list
+        back, the empty one too, and nothing is joined twice or lost. See
+        :mod:`threadline.threads.followups` for the rules around aborts, retries and Unknown
+        Outcomes.
+        """
+        key = self._key("followups")
+        position = self._next_position()
+        entry = journal.read_entry(self._storage, self.submission_id, key)
+        if entry is not None and entry.state is StepState.FINISHED:
+            return followups.replayed(self._storage, self.submission_id, entry.value["ids"])
+        if not self._join_followups:
+            raise ValidationFailed(
+                f"agent {self._claim.submission.agent!r} was not registered with"
+                " join_followups=True", field="followups")
+        await self._boundary()
+        taken: list[Followup] = []
+
+        def write() -> None:
+            taken[:] = followups.join(self._storage, self._claim.submission,
+                                      now=self._clock.now_ms(), limit=MAX_FOLLOWUPS)
+            value_json = encode_json({"ids": [item.submission_id for item in taken]})
+            self._journal(key, position, StepEffect.IDEMPOTENT, StepState.FINISHED,
+                          value_json=value_json)
+
+        self._write(write)
+        await self._failpoints.reached(FOLLOWUPS_JOINED)
+        return list(taken)
 
     async def approval(self, key: str, payload: JsonValue = None) -> ApprovalDecision:
         """Wait durably until someone decides the approval ``key``; return the decision.
@@ -750,6 +806,7 @@ _SLEEP_BOUND = f"sleep duration must be at most {MAX_SLEEP_SECONDS} seconds (366
 
 __all__ = [
     "EMIT_COMMITTED",
+    "FOLLOWUPS_JOINED",
     "KIND_PATTERN",
     "MAX_SLEEP_SECONDS",
     "PROPAGATES",

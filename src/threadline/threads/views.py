@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from threadline.errors import ValidationFailed
 from threadline.storage.port import Row, Storage
-from threadline.threads import delayed
+from threadline.threads import delayed, messages
 from threadline.threads.agents import AgentRegistry
 from threadline.threads.ledger import work_item
 from threadline.threads.model import JsonValue, WorkItem, decode_json
@@ -208,6 +208,12 @@ def journal_of(storage: Storage, submission_id: str) -> list[JournalStep]:
     ]
 
 
+def messages_of(storage: Storage, submission_id: str) -> list[messages.Message]:
+    """The messages the submission sent (at most ``MESSAGES_LISTED``), in the order it sent
+    them: one range of ``tl_messages``' primary key."""
+    return messages.of_submission(storage, submission_id)
+
+
 __all__ = [
     "JournalStep",
     "ThreadRecord",
@@ -216,6 +222,7 @@ __all__ = [
     "journal_of",
     "keyed_agent",
     "latest_agent",
+    "messages_of",
     "open_submissions",
     "thread",
     "threads_page",

@@ -20,6 +20,9 @@ def _readme_app() -> Application:
         if "@app.agent" in block and "threadline.testing" not in block and "@app.lane" not in block
         and "@app.cron" not in block
         and "turn.submit" not in block  # the Delayed submissions section's own, run on its own
+        and "turn.followups" not in block  # the Follow-up input section's own, likewise
+        and "turn.send" not in block  # the Messages section's own, run on its own
+        and "@app.subscriber" not in block  # the Subscribers section's own, likewise
     ]
     assert len(agent_blocks) == 1, "README should show exactly one agent"
     namespace: dict[str, Any] = {}

@@ -32,7 +32,7 @@ from workers import DurableObject, Response
 from entry import Default as AppDefault
 from entry import ThreadObject as AppThreadObject
 from entry import app as entry_app
-from threadline import ScheduleContext
+from threadline import Record, ScheduleContext
 from threadline.app import Application
 from threadline.clock import SystemClock
 from threadline.config import RuntimeConfig
@@ -190,6 +190,32 @@ async def tick(ctx: ScheduleContext) -> None:
     await ctx.submit("ticks", {"fire": ctx.fire_ms}, agent="tick-echo")
 
 
+# The object of the ``subs-*`` spaces: its agent emits records that a callable subscriber
+# (small batches) and a required one consume; each keeps in this isolate what it was handed.
+subscribed_app = Application(RuntimeConfig(alarm_backoff_base_ms=50, alarm_backoff_cap_ms=1_000))
+#: The (thread, seq) of each record each subscriber was handed, in order (this isolate only).
+DELIVERED: dict[str, list[list[Any]]] = {"mirror": [], "audit": []}
+
+
+@subscribed_app.agent("emitter")
+async def emitter(turn: Turn) -> Any:
+    """Emit ``input["records"]`` records, then return how many."""
+    count = int(turn.input["records"])
+    for n in range(count):
+        await turn.emit({"n": n}, kind="probe.note")
+    return {"emitted": count}
+
+
+@subscribed_app.subscriber("mirror", batch=2)
+async def mirror(batch: list[Record]) -> None:
+    DELIVERED["mirror"].append([[record.thread_id, record.seq] for record in batch])
+
+
+@subscribed_app.subscriber("audit", required=True)
+async def audit(batch: list[Record]) -> None:
+    DELIVERED["audit"].append([[record.thread_id, record.seq] for record in batch])
+
+
 THREADS_PREFIX = "/_threads/"
 THREADS_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS probe_effects ("
@@ -215,6 +241,10 @@ HOLD = "/_hold/"
 PROBE_API = "/v1/spaces/probe-"
 #: The API of spaces named ``sched-*`` is served by ``ScheduledThreadObject``.
 SCHEDULED_API = "/v1/spaces/sched-"
+#: The API of spaces named ``subs-*`` is served by ``SubscribedThreadObject``; what its
+#: subscribers were handed is ``/_delivered/{space}``.
+SUBSCRIBED_API = "/v1/spaces/subs-"
+DELIVERED_PATH = "/_delivered/"
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS probe_items (k TEXT PRIMARY KEY, v TEXT)",
     "CREATE TABLE IF NOT EXISTS probe_plain (id INTEGER PRIMARY KEY, v TEXT)",
@@ -250,6 +280,12 @@ class ScheduledApiWorker(AppDefault):
     binding = "SCHEDULED_THREADS"
 
 
+class SubscribedApiWorker(AppDefault):
+    """The app's Worker, forwarding to ``SubscribedThreadObject``."""
+
+    binding = "SUBSCRIBED_THREADS"
+
+
 class Default(AppDefault):
     """The app's entrypoint, plus a route to the probe objects."""
 
@@ -260,6 +296,13 @@ class Default(AppDefault):
             return await ProbeApiWorker(self.ctx, self.env).fetch(request)
         if path.startswith(SCHEDULED_API):
             return await ScheduledApiWorker(self.ctx, self.env).fetch(request)
+        if path.startswith(SUBSCRIBED_API):
+            return await SubscribedApiWorker(self.ctx, self.env).fetch(request)
+        if path.startswith(DELIVERED_PATH):
+            space = path[len(DELIVERED_PATH):].split("/", 1)[0]
+            answered = await self.env.SUBSCRIBED_THREADS.getByName(space).fetch(url)
+            return Response(await answered.bytes(), status=answered.status,
+                            headers={"content-type": "application/json"})
         if path.startswith(HOLD):
             return await self.hold(url, path)
         if path.startswith(SCHEDULES):
@@ -301,6 +344,17 @@ class ScheduledThreadObject(ThreadObjectBase):
     """The deployed object class with an ``every`` schedule; its alarm runs the fires."""
 
     app = scheduled_app
+
+
+class SubscribedThreadObject(ThreadObjectBase):
+    """The deployed object class with two subscribers; its alarm delivers to them."""
+
+    app = subscribed_app
+
+    async def fetch(self, request: Any) -> Response:
+        if urlsplit(str(request.url)).path.startswith(DELIVERED_PATH):
+            return Response(json.dumps(DELIVERED), headers={"content-type": "application/json"})
+        return await super().fetch(request)
 
 
 class ProbeThreadObject(ThreadObjectBase):
@@ -359,6 +413,15 @@ class ProbeThreadObject(ThreadObjectBase):
 # a test sees a stream whose client left being freed (the runtime notices at the next write).
 driven_app = Application(entry_app.config.model_copy(update={"sse_heartbeat_ms": 1_000}))
 driven_app.agents = entry_app.agents
+
+
+@driven_app.agent("relay")
+async def relay(turn: Turn) -> Any:
+    """Sends ``{"text"}`` to ``echo`` on ``{"space", "thread"}`` of its input (messages)."""
+    target = turn.input
+    sent = await turn.send(target["space"], target["thread"], {"text": target["text"]},
+                           agent=target.get("agent", "echo"))
+    return {"sent": sent}
 
 
 class ThreadObject(AppThreadObject):

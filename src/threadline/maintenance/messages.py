@@ -1,0 +1,259 @@
+"""The ``threadline:messages`` lane: messages sent with ``turn.send`` reach their Threads.
+
+``turn.send`` writes a pending row in ``tl_messages`` and makes this lane due; a wave delivers
+every message due, earliest first, and returns when the next pending one is due (None when
+none is pending, so the lane goes idle and arms no alarm).
+
+* **Into the sender's own space** a message is admitted in one transaction with its marking
+  as delivered (and the wave's progress): it is admitted exactly once, and a loss of the
+  object before that commit leaves it pending, admitted nowhere.
+* **Into another space** it goes through the :class:`~threadline.messages.MessageRouter`.
+  One delivery attempt is charged first, durably (should the call hang or the object be
+  lost, the message is due again once the call's bound and a backoff have passed), then the
+  router is called, bounded by ``call_timeout_ms``. The target admits it idempotently by
+  message id, so a delivery repeated after a loss between its answer and the recording of
+  that answer finds the submission the first one made. A call that raises or times out is
+  transient: the message waits out its backoff from then (``alarm_backoff_base_ms *
+  2**attempts``, jittered over its upper half, capped at ``alarm_backoff_cap_ms``) and goes
+  again.
+* **Refused for good** (an agent the target does not register, input it refuses), a message
+  is marked ``failed`` with the reason, and a ``message.failed`` record is appended to the
+  sender's Thread log in the same transaction.
+
+A remote call starts only while its whole timeout fits before the wave's deadline, which fits
+the event's (the lane runner's rule for waves): otherwise the wave ends there and the lane is
+due again at once, for the next event. A message is tried at most once per wave, so one whose
+backoff is shorter than a call cannot spin a wave.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+
+from threadline.clock import Clock
+from threadline.config import RuntimeConfig
+from threadline.maintenance.lanes import current_wave
+from threadline.messages import Accepted, MessageEnvelope, MessageRouter, Refused, Verdict
+from threadline.records import MESSAGE_FAILED
+from threadline.scheduling import backoff_ms
+from threadline.storage.port import Storage
+from threadline.threads import history
+from threadline.threads import messages as rows
+from threadline.threads.agents import AgentRegistry
+from threadline.threads.messages import Message
+from threadline.threads.model import encode_json
+from threadline.threads.ports import PUBLICATION, Failpoints, MutationGate
+
+_logger = logging.getLogger("threadline.maintenance")
+
+#: Messages read per batch of a wave.
+DELIVERY_BATCH = 50
+#: Bound of one wave of the messages lane.
+MESSAGES_DISPATCH_TIMEOUT_MS = 30_000
+#: Bound of one call to another space's object.
+MESSAGE_CALL_TIMEOUT_MS = 10_000
+#: Inside the transaction admitting a message into its own space, before it is marked.
+ADMITTING = "maintenance:messages:admitting"
+#: After another space's object answered, before the answer is recorded.
+ANSWERED = "maintenance:messages:answered"
+#: Why a message to another space fails where nothing routes it.
+NO_ROUTE = "NoRoute: this object has no route to other spaces"
+
+
+class _CallTimedOut(Exception):
+    """The router did not answer within the call's bound."""
+
+
+class MessageDelivery:
+    """The handler of the ``threadline:messages`` lane, over one incarnation's storage.
+
+    ``space`` is the name of the space this object serves (None when it does not know it:
+    every message then goes through ``router``); ``router`` reaches other spaces (None: a
+    message to another space fails with ``NoRoute``).
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        gate: MutationGate,
+        agents: AgentRegistry,
+        config: RuntimeConfig,
+        clock: Clock,
+        rng: random.Random,
+        failpoints: Failpoints,
+        *,
+        space: str | None,
+        router: MessageRouter | None,
+        batch: int = DELIVERY_BATCH,
+        call_timeout_ms: int = MESSAGE_CALL_TIMEOUT_MS,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        if batch < 1:
+            raise ValueError("a batch delivers at least one message")
+        self._storage = storage
+        self._gate = gate
+        self._agents = agents
+        self._config = config
+        self._clock = clock
+        self._rng = rng
+        self._failpoints = failpoints
+        self._space = space
+        self._router = router
+        self._batch = batch
+        self._call_timeout_ms = call_timeout_ms
+        self._log = log if log is not None else _logger.warning
+
+    async def run_lane(self, now: int, deadline: int) -> int | None:
+        """Deliver every message due; return when the next pending one is due (None: none
+        is), or now when the deadline came first with some still due."""
+        del now  # each batch delivers what is due when it starts
+        tried: set[str] = set()
+        while True:
+            at = self._clock.now_ms()
+            if at >= deadline:
+                return at
+            due, next_due = rows.due_then_next(self._storage, at, self._batch)
+            fresh = [message for message in due if message.id not in tried]
+            if not fresh:
+                # Nothing due, or only what this wave already tried (a backoff shorter than
+                # a call): the rest is for a later wave.
+                return at if due else next_due
+            for message in fresh:
+                at = self._clock.now_ms()
+                remote = not self._local(message) and self._router is not None
+                if at >= deadline or (remote and at + self._call_timeout_ms > deadline):
+                    return at
+                tried.add(message.id)
+                await self._deliver(message, at, remote=remote)
+            # A turn for native work and the other waves before the next batch.
+            await self._clock.sleep_until(self._clock.now_ms())
+
+    def _local(self, message: Message) -> bool:
+        return self._space is not None and message.to_space == self._space
+
+    async def _deliver(self, message: Message, at: int, *, remote: bool) -> None:
+        if self._local(message):
+            self._admit_locally(message)
+        elif not remote:
+            self._fail(message, NO_ROUTE)
+        else:
+            await self._call(message, at)
+
+    def _admit_locally(self, message: Message) -> None:
+        progress = _progress()
+
+        def mark(submission_id: str) -> None:
+            self._failpoints.hit(ADMITTING)
+            if not rows.mark_delivered(self._storage, message.id, submission_id,
+                                       self._clock.now_ms()):
+                raise RuntimeError(f"message {message.id!r} changed while it was admitted")
+            progress()
+
+        verdict = rows.admit_inbound(
+            self._storage, self._gate, self._agents, self._config, self._clock.now_ms,
+            message_id=message.id, to_thread=message.to_thread, agent=message.agent,
+            input_json=message.input_json, also=mark,
+        )
+        if isinstance(verdict, Refused):
+            self._fail(message, verdict.reason)
+
+    async def _call(self, message: Message, at: int) -> None:
+        assert self._router is not None
+        backoff = backoff_ms(message.attempts, self._config, self._rng)
+        # Should the call outlive its bound or the object be lost during it, the message is
+        # due again once the call would have ended and the backoff has passed.
+        fallback = at + self._call_timeout_ms + backoff
+        if not self._storage.transaction(lambda: rows.claim(self._storage, message, fallback)):
+            return  # changed since it was read: the next batch reads it again
+        envelope = MessageEnvelope(
+            message_id=message.id, from_space=self._space, from_thread=message.from_thread,
+            from_submission=message.from_submission, to_space=message.to_space,
+            to_thread=message.to_thread, agent=message.agent, input_json=message.input_json,
+        )
+        try:
+            verdict = await self._bounded(self._router.deliver(envelope),
+                                          at + self._call_timeout_ms)
+        except Exception as exc:  # transient: retried after the backoff
+            cause = "TimedOut" if isinstance(exc, _CallTimedOut) else type(exc).__name__
+            retry_at = self._clock.now_ms() + backoff
+            self._log(
+                f"threadline: message {message.id!r} to space {message.to_space!r} not "
+                f"delivered ({cause}); retried at {retry_at} (attempt {message.attempts + 1})"
+            )
+            self._storage.transaction(
+                lambda: rows.note_failure(self._storage, message.id, cause, retry_at))
+            return
+        await self._failpoints.reached(ANSWERED)
+        if isinstance(verdict, Accepted):
+            self._record_delivered(message, verdict.submission_id)
+        else:
+            self._fail(message, verdict.reason)
+
+    def _record_delivered(self, message: Message, submission_id: str) -> None:
+        progress = _progress()
+
+        def write() -> None:
+            if rows.mark_delivered(self._storage, message.id, submission_id,
+                                   self._clock.now_ms()):
+                progress()
+
+        self._gate.mutate(write, invalidates_recovery=False, threads=())
+
+    def _fail(self, message: Message, reason: str) -> None:
+        """``pending -> failed`` and the sender's ``message.failed`` record, together."""
+        progress = _progress()
+        body = encode_json({"message_id": message.id, "to_space": message.to_space,
+                            "to_thread": message.to_thread, "reason": reason}, max_depth=None)
+
+        def write() -> bool:
+            now = self._clock.now_ms()
+            if not rows.mark_failed(self._storage, message.id, reason, now):
+                return False
+            history.append_history(
+                self._storage, record_id=f"{message.id}:failed", thread_id=message.from_thread,
+                submission_id=message.from_submission, kind=MESSAGE_FAILED, body_json=body,
+                now=now,
+            )
+            self._gate.record_progress((PUBLICATION,))
+            progress()
+            return True
+
+        if self._gate.mutate(write, invalidates_recovery=False, threads=()):
+            self._log(
+                f"threadline: message {message.id!r} to space {message.to_space!r}, thread "
+                f"{message.to_thread!r} failed for good: {reason.split(':', 1)[0]}"
+            )
+
+    async def _bounded(self, call: Awaitable[Verdict], until: int) -> Verdict:
+        task = asyncio.ensure_future(call)
+        timer = asyncio.ensure_future(self._clock.sleep_until(until))
+        try:
+            await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
+            if not task.done():
+                # Nobody waits for its answer any more; the claim's retry stands.
+                task.cancel()
+        if not task.done() or task.cancelled():
+            raise _CallTimedOut
+        return task.result()
+
+
+def _progress() -> Callable[[], None]:
+    """The current wave's progress report (a no-op outside a wave)."""
+    wave = current_wave()
+    return (lambda: None) if wave is None else wave.progress
+
+
+__all__ = [
+    "ADMITTING",
+    "ANSWERED",
+    "DELIVERY_BATCH",
+    "MESSAGES_DISPATCH_TIMEOUT_MS",
+    "MESSAGE_CALL_TIMEOUT_MS",
+    "NO_ROUTE",
+    "MessageDelivery",
+]

@@ -1,0 +1,628 @@
+"""Subscriber delivery: each declared subscriber is a durable cursor over the space's log.
+
+The log is ``tl_history``; its ``pos`` (the rowid) orders the records of every Thread as they
+were appended, so one cursor per subscriber (``tl_subscribers.cursor``, the ``pos`` of the last
+record it consumed) says what it has had: the records past it, in ``pos`` order, which is log
+order within each Thread. The maintenance pass delivers, through the one alarm:
+
+* **Batches.** A subscriber gets up to ``batch`` records it wants (``kinds``) per call of its
+  ``deliver``. A delivered batch is one row written: the cursor, moved past the batch in a
+  compare-and-set. Records it does not want are stepped over in memory; the cursor row is
+  written for them alone only once :data:`SKIP_PERSIST` of them have been stepped over.
+* **At least once.** The cursor moves only after ``deliver`` returned, so a batch whose
+  delivery was lost with the object (or whose cursor write was) is delivered again, whole, in
+  the same order. A consumer deduplicates by ``record_id``.
+* **Failures.** ``deliver`` raising backs the subscriber off (``base * 2^failures``, jittered,
+  capped); raising :class:`~threadline.DeliveryRefused` parks it with the refusal's detail,
+  until a deploy bumps its ``version``. Each delivery is bounded by ``dispatch_timeout`` on
+  the injected clock; past it the coroutine is cancelled and, should it ignore that, abandoned
+  after ``cancel_grace_ms`` (:mod:`threadline.abandonment`): it counts as a failure and never
+  holds the pass. A parking is logged once.
+* **Waves.** A subscriber gets at most :data:`WAVE_BATCHES` batches per round, and a pass runs
+  two rounds at most: one beside native work from its start, one after native work joined (for
+  what the pass's own Attempts appended). A subscriber still behind then makes the
+  ``threadline:publication`` lane due (now, or at its retry time), so a backfill from the
+  beginning goes on wave after wave, one pass each, and never holds native work.
+* **The required gate.** A ``required=True`` subscriber is the reference's publication: a
+  Thread's next native work waits until every required subscriber has consumed that Thread's
+  committed records (those it wants). The pass drains required subscribers' first round
+  before it dispatches, then leaves out the Threads still gated; a required subscriber that is
+  parked or backing off holds only the Threads with records it has not consumed.
+* **Declarations.** At a start whose declarations changed (see :func:`subscribers_key`) a new
+  subscriber's cursor is written (``start="beginning"``: 0; ``"now"``: the log's end), a bumped
+  ``version`` starts over from the beginning with a fresh failure count, and the cursor of a
+  subscriber this deployment no longer declares is dropped with one log line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable, Iterable
+from contextlib import suppress
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any
+
+from threadline.abandonment import Abandoned
+from threadline.clock import Clock
+from threadline.config import RuntimeConfig
+from threadline.errors import DeliveryRefused, ThreadlineError
+from threadline.outbound import HttpPort
+from threadline.records import Record
+from threadline.scheduling import NATIVE, PUBLICATION, DueQueue, backoff_ms
+from threadline.scheduling.failpoints import PUBLICATION_LOCATIONS, Failpoints
+from threadline.storage.port import Row, Storage
+from threadline.subscribers import DeliveryContext, Subscribers, SubscriberSpec
+from threadline.threads.model import decode_json, digest
+
+_logger = logging.getLogger("threadline.maintenance")
+
+#: Batches one subscriber gets per round of a pass: the bound of a backfill wave.
+WAVE_BATCHES = 10
+#: Records stepped over (not wanted) before the cursor row is written for them alone.
+SKIP_PERSIST = 1_000
+#: Reached right before a batch's ``deliver`` is called, and after it returned (before its
+#: cursor is written).
+DELIVERING, DELIVERED = PUBLICATION_LOCATIONS
+
+_ALL = (
+    "SELECT name, version, cursor, state, failures, retry_at, delivered, delivered_at,"
+    " error_type, error, detail, failed_at, reported FROM tl_subscribers ORDER BY name"
+)
+_INSERT = (
+    "INSERT INTO tl_subscribers (name, version, cursor, state) VALUES (?, ?, ?, 'active')"
+)
+_RESTART = (
+    "UPDATE tl_subscribers SET version = ?, cursor = ?, state = 'active', failures = 0,"
+    " retry_at = NULL, delivered = 0, delivered_at = NULL, error_type = NULL, error = NULL,"
+    " detail = NULL, failed_at = NULL, reported = 0 WHERE name = ?"
+)
+_DROP = "DELETE FROM tl_subscribers WHERE name = ?"
+# Compare-and-set on the cursor the batch was read after: a batch is consumed once.
+_DELIVERED = (
+    "UPDATE tl_subscribers SET cursor = ?, failures = 0, retry_at = NULL, error_type = NULL,"
+    " error = NULL, failed_at = NULL, delivered = delivered + ?, delivered_at = ?"
+    " WHERE name = ? AND version = ? AND cursor = ?"
+)
+_FAILED = (
+    "UPDATE tl_subscribers SET failures = failures + 1, retry_at = ?, error_type = ?,"
+    " error = ?, failed_at = ? WHERE name = ? AND version = ?"
+)
+_PARKED = (
+    "UPDATE tl_subscribers SET state = 'parked', failures = failures + 1, retry_at = NULL,"
+    " error_type = ?, error = ?, detail = ?, failed_at = ?, reported = 0"
+    " WHERE name = ? AND version = ?"
+)
+_REPORTED = (
+    "UPDATE tl_subscribers SET reported = 1 WHERE name = ? AND state = 'parked'"
+    " AND reported = 0"
+)
+# The rowid's maximum is one seek at the end of the table.
+_LOG_END = "SELECT COALESCE(MAX(pos), 0) AS pos FROM tl_history"
+_PAGE = (
+    "SELECT pos, thread_id, seq, record_id, submission_id, kind, body_json, created_at"
+    " FROM tl_history WHERE pos > ? ORDER BY pos LIMIT ?"
+)
+# Threads with records past a cursor: read (never written) by the required gate.
+_THREADS_PAST = "SELECT DISTINCT thread_id, kind FROM tl_history WHERE pos > ?"
+# Within a Thread pos grows with seq: its last seq is its newest position.
+_LAST_OF_THREAD = (
+    "SELECT pos FROM tl_history WHERE thread_id = ? ORDER BY seq DESC LIMIT 1"
+)
+_THREAD_PAST = "SELECT DISTINCT kind FROM tl_history WHERE thread_id = ? AND pos > ?"
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriberRow:
+    """One subscriber's durable state, as ``tl_subscribers`` holds it."""
+
+    name: str
+    version: int
+    cursor: int
+    state: str
+    failures: int = 0
+    retry_at: int | None = None
+    delivered: int = 0
+    delivered_at: int | None = None
+    error_type: str | None = None
+    error: str | None = None
+    detail: str | None = None
+    failed_at: int | None = None
+    reported: bool = False
+
+    @property
+    def parked(self) -> bool:
+        """Whether a refusal parked it."""
+        return self.state == "parked"
+
+
+def _row(row: Row) -> SubscriberRow:
+    return SubscriberRow(
+        name=str(row["name"]), version=int(row["version"]), cursor=int(row["cursor"]),
+        state=str(row["state"]), failures=int(row["failures"]), retry_at=row["retry_at"],
+        delivered=int(row["delivered"]), delivered_at=row["delivered_at"],
+        error_type=row["error_type"], error=row["error"], detail=row["detail"],
+        failed_at=row["failed_at"], reported=bool(row["reported"]),
+    )
+
+
+def subscribers_key(subscribers: Iterable[SubscriberSpec]) -> str:
+    """A stable digest of the declared subscribers' names, versions and starts: start-up
+    reads the cursor rows only when it differs from the last start's."""
+    parts = ["threadline-subscribers:v1"]
+    for spec in sorted(subscribers, key=lambda item: item.name):
+        parts.extend((spec.name, str(spec.version), spec.start))
+    return digest(*parts)
+
+
+def read_rows(storage: Storage) -> dict[str, SubscriberRow]:
+    """Every stored subscriber row, by name."""
+    return {str(row["name"]): _row(row) for row in storage.exec(_ALL)}
+
+
+def log_end(storage: Storage) -> int:
+    """The position of the newest record of the space's log (0: none)."""
+    return int(storage.exec(_LOG_END).one()["pos"])
+
+
+def _record(row: Row) -> Record:
+    return Record(
+        thread_id=str(row["thread_id"]), seq=int(row["seq"]), record_id=str(row["record_id"]),
+        submission_id=row["submission_id"], kind=str(row["kind"]),
+        body=decode_json(str(row["body_json"])), created_at=int(row["created_at"]),
+    )
+
+
+@dataclass
+class _Batch:
+    records: list[Record]
+    #: The position of the last record read (wanted or not): where the cursor goes.
+    through: int
+
+
+class Publication:
+    """Delivery to the declared subscribers, driven by the maintenance pass."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        clock: Clock,
+        config: RuntimeConfig,
+        rng: random.Random,
+        subscribers: Subscribers,
+        queue: DueQueue,
+        failpoints: Failpoints,
+        *,
+        space: str = "",
+        env: Any = None,
+        http: HttpPort | None = None,
+        log: Callable[[str], None] | None = None,
+        open_work: Callable[[str], list[str]] | None = None,
+    ) -> None:
+        self._storage = storage
+        #: A Thread's open submissions, for the readout of the work a required subscriber holds.
+        self._open_work = open_work if open_work is not None else (lambda thread_id: [])
+        self._clock = clock
+        self._config = config
+        self._rng = rng
+        self._specs = subscribers
+        self._queue = queue
+        self._fp = failpoints
+        self.space = space
+        self.env = env
+        self.http = http
+        self._log = log if log is not None else _logger.error
+        #: The rows as last read or written by this incarnation (None: not read yet).
+        self._rows: dict[str, SubscriberRow] | None = None
+        #: How far each subscriber has read, past its durable cursor, over records it does
+        #: not want.
+        self._read: dict[str, int] = {}
+        self._abandoned = Abandoned()
+        #: Subscribers whose wave of the running pass is used up.
+        self._spent: set[str] = set()
+        #: Batches delivered and the rows their cursors wrote, per subscriber (this
+        #: incarnation): what the bench prints.
+        self.batches: dict[str, int] = {}
+        self.cursor_writes: dict[str, int] = {}
+
+    @property
+    def declared(self) -> bool:
+        """Whether the deployment declares any subscriber."""
+        return len(self._specs) > 0
+
+    @property
+    def required(self) -> list[SubscriberSpec]:
+        """The declared subscribers that gate native work."""
+        return [spec for spec in self._specs if spec.required]
+
+    @property
+    def abandoned(self) -> int:
+        """Deliveries abandoned after a cancellation they ignored, still running."""
+        return len(self._abandoned)
+
+    # -- start-up --------------------------------------------------------------------------
+
+    def reconcile(self) -> None:
+        """At a start whose declarations changed: write new cursors, start bumped versions
+        over, drop the cursors of subscribers no longer declared (one log line each), and
+        make the publication lane due when some subscriber is behind."""
+        now = self._clock.now_ms()
+
+        def apply() -> tuple[list[SubscriberRow], bool]:
+            rows = read_rows(self._storage)
+            before = dict(rows)
+            end = log_end(self._storage)
+            for spec in self._specs:
+                row = rows.get(spec.name)
+                if row is None:
+                    cursor = 0 if spec.start == "beginning" else end
+                    self._storage.exec(_INSERT, spec.name, spec.version, cursor)
+                    rows[spec.name] = SubscriberRow(spec.name, spec.version, cursor, "active")
+                elif row.version != spec.version:
+                    self._storage.exec(_RESTART, spec.version, 0, spec.name)
+                    rows[spec.name] = SubscriberRow(spec.name, spec.version, 0, "active")
+            woken = any(spec.required and rows[spec.name].cursor < end
+                        and rows[spec.name] is not before.get(spec.name)
+                        for spec in self._specs)
+            removed = [row for name, row in sorted(rows.items()) if self._specs.get(name) is None]
+            for row in removed:
+                self._storage.exec(_DROP, row.name)
+                del rows[row.name]
+            behind = any(not row.parked and row.cursor < end for row in rows.values())
+            if behind:
+                self._queue.set_due(PUBLICATION, now)
+            if woken:
+                # A required subscriber starts (over): the native work it may have held
+                # (under a parking, say) is looked at again once it has drained.
+                self._queue.set_due(NATIVE, now)
+            self._rows = rows
+            return removed, behind
+
+        removed, _ = self._storage.transaction(apply)
+        self._read.clear()
+        for row in removed:
+            self._log(
+                f"threadline: subscriber {row.name!r} is not declared in this deployment; "
+                f"its cursor (at {row.cursor}, {row.delivered} batches delivered) is dropped"
+            )
+
+    # -- state -----------------------------------------------------------------------------
+
+    def rows(self) -> dict[str, SubscriberRow]:
+        """The declared subscribers' rows (read once per incarnation, then kept)."""
+        if self._rows is None:
+            self._rows = read_rows(self._storage)
+        missing = [spec for spec in self._specs if spec.name not in self._rows]
+        if missing:
+            # Declared, yet without a row: the start that would have written it was lost.
+            self.reconcile()
+            assert self._rows is not None
+        return self._rows
+
+    def _position(self, row: SubscriberRow) -> int:
+        return max(row.cursor, self._read.get(row.name, 0))
+
+    def _ready(self, row: SubscriberRow, now: int) -> bool:
+        return not row.parked and (row.retry_at is None or row.retry_at <= now)
+
+    def behind(self, end: int | None = None) -> bool:
+        """Whether some subscriber that is not parked has records past its position."""
+        if not self.declared:
+            return False
+        rows = self.rows()
+        if end is None:
+            end = log_end(self._storage)
+        return any(not row.parked and self._position(row) < end for row in rows.values()
+                   if self._specs.get(row.name) is not None)
+
+    def gated(self) -> dict[str, str]:
+        """The Threads whose native work waits for a required subscriber: each with records
+        that subscriber wants and has not consumed, mapped to the first such subscriber."""
+        held: dict[str, str] = {}
+        if not any(spec.required for spec in self._specs):
+            return held
+        rows = self.rows()
+        end = log_end(self._storage)
+        for spec in self.required:
+            row = rows.get(spec.name)
+            if row is None or self._position(row) >= end:
+                continue
+            for item in self._storage.exec(_THREADS_PAST, row.cursor):
+                if spec.wants(str(item["kind"])):
+                    held.setdefault(str(item["thread_id"]), spec.name)
+        return held
+
+    def gated_thread(self, thread_id: str) -> str | None:
+        """The first required subscriber that has not consumed a record of ``thread_id`` it
+        wants, or None. One seek at the end of the Thread's log when it is consumed."""
+        required = self.required
+        if not required:
+            return None
+        last = self._storage.exec(_LAST_OF_THREAD, thread_id).first()
+        if last is None:
+            return None
+        rows = self.rows()
+        for spec in required:
+            row = rows.get(spec.name)
+            if row is None or int(last["pos"]) <= self._position(row):
+                continue
+            if spec.kinds is None:
+                return spec.name
+            for item in self._storage.exec(_THREAD_PAST, thread_id, row.cursor):
+                if spec.wants(str(item["kind"])):
+                    return spec.name
+        return None
+
+    def ready_at(self, name: str, now: int) -> int | None:
+        """When subscriber ``name`` can deliver again: ``now`` when it is ready, its retry
+        time while it backs off, None while it is parked (or unknown)."""
+        row = self.rows().get(name)
+        if row is None or row.parked:
+            return None
+        return now if row.retry_at is None else max(now, int(row.retry_at))
+
+    def next_due(self, now: int) -> int | None:
+        """When the publication lane is next due: now for a subscriber behind and ready, its
+        retry time for one backing off; None when every one is caught up or parked."""
+        if not self.declared:
+            return None
+        end = log_end(self._storage)
+        dues = [now if row.retry_at is None else max(now, int(row.retry_at))
+                for row in self.rows().values()
+                if self._specs.get(row.name) is not None and not row.parked
+                and self._position(row) < end]
+        return min(dues, default=None)
+
+    def settle_lane(self, now: int) -> None:
+        """Set the publication lane from what is left to deliver (one write, only on a
+        change)."""
+        due = self.next_due(now)
+        self._storage.transaction(lambda: self._queue.set_due(PUBLICATION, due))
+
+    # -- delivery --------------------------------------------------------------------------
+
+    def begin_pass(self) -> None:
+        """A pass begins: every subscriber has its whole wave again."""
+        self._spent.clear()
+
+    async def round(self, until: int, *, required: bool | None = None) -> bool:
+        """One round: each ready subscriber (only the required ones, or only the others,
+        when ``required`` says so) that has not used up its wave in this pass gets up to
+        :data:`WAVE_BATCHES` batches, the subscribers concurrently; returns whether a batch
+        was delivered."""
+        if not self.declared:
+            return False
+        now = self._clock.now_ms()
+        rows = self.rows()
+        chosen = [spec for spec in self._specs
+                  if (required is None or spec.required == required)
+                  and spec.name not in self._spent
+                  and spec.name in rows and self._ready(rows[spec.name], now)]
+        if not chosen:
+            return False
+        end = log_end(self._storage)
+        chosen = [spec for spec in chosen if self._position(rows[spec.name]) < end]
+        results = await asyncio.gather(*(self._wave(spec, until) for spec in chosen))
+        return any(results)
+
+    async def _wave(self, spec: SubscriberSpec, until: int) -> bool:
+        delivered = False
+        for turn in range(WAVE_BATCHES):
+            if turn == WAVE_BATCHES - 1:
+                # Its wave for this pass is used up: a backfill goes on in the next one.
+                self._spent.add(spec.name)
+            now = self._clock.now_ms()
+            if now + spec.dispatch_timeout_ms > until:
+                break  # its allowance would outlast the event: the next one delivers it
+            row = self.rows().get(spec.name)
+            if row is None or not self._ready(row, now):
+                break
+            batch = self._read_batch(spec, row)
+            if batch is None:
+                break
+            if not batch.records:
+                self._skip(spec, row, batch.through)
+                continue
+            outcome = await self._deliver(spec, row, batch, now)
+            if not outcome:
+                break
+            delivered = True
+            # A turn for native work and the other subscribers before the next batch.
+            await self._clock.sleep_until(self._clock.now_ms())
+        return delivered
+
+    def _read_batch(self, spec: SubscriberSpec, row: SubscriberRow) -> _Batch | None:
+        """The next records ``spec`` wants after its position, up to its batch; None when
+        nothing is left to read."""
+        after = self._position(row)
+        wanted: list[Record] = []
+        through = after
+        # Read pages until the batch is full or the log ends, stepping over at most
+        # SKIP_PERSIST unwanted records: the reads of one batch stay bounded.
+        while len(wanted) < spec.batch and through - after < SKIP_PERSIST:
+            rows = self._storage.exec(_PAGE, through, spec.batch).rows
+            if not rows:
+                break
+            for item in rows:
+                if len(wanted) == spec.batch:
+                    break
+                through = int(item["pos"])
+                if spec.wants(str(item["kind"])):
+                    wanted.append(_record(item))
+            if len(rows) < spec.batch:
+                break
+        if through == after:
+            return None
+        return _Batch(wanted, through)
+
+    def _skip(self, spec: SubscriberSpec, row: SubscriberRow, through: int) -> None:
+        """Step over records ``spec`` does not want: in memory, written with the next batch,
+        or alone once SKIP_PERSIST records were stepped over."""
+        self._read[spec.name] = through
+        if through - row.cursor >= SKIP_PERSIST:
+            self._commit(spec, row, through, 0)
+
+    async def _deliver(
+        self, spec: SubscriberSpec, row: SubscriberRow, batch: _Batch, now: int
+    ) -> bool:
+        """Deliver one batch; True when it was delivered and its cursor written."""
+        ctx = DeliveryContext(space=self.space, subscriber=spec.name, env=self.env,
+                              http=self.http, now_ms=now)
+        await self._fp.reached(DELIVERING)
+        task = asyncio.ensure_future(spec.deliver(list(batch.records), ctx))
+        timer = asyncio.ensure_future(self._clock.sleep_until(now + spec.dispatch_timeout_ms))
+        try:
+            await asyncio.wait((task, timer), return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            # The pass itself is stopping (the event deadline, the object lost).
+            timer.cancel()
+            await self._abandoned.stop(task, self._clock, self._config.cancel_grace_ms)
+            raise
+        timer.cancel()
+        if not task.done():
+            await self._abandoned.stop(task, self._clock, self._config.cancel_grace_ms)
+            return self._failed(spec, row, TimeoutError(
+                f"delivery outran its dispatch_timeout of {spec.dispatch_timeout_ms} ms"))
+        if task.cancelled():
+            return self._failed(spec, row, TimeoutError("delivery was cancelled"))
+        error = task.exception()
+        if isinstance(error, DeliveryRefused):
+            return self._park(spec, row, error)
+        if error is not None:
+            if not isinstance(error, Exception):
+                raise error
+            return self._failed(spec, row, error)
+        await self._fp.reached(DELIVERED)
+        return self._commit(spec, row, batch.through, 1)
+
+    def _commit(self, spec: SubscriberSpec, row: SubscriberRow, through: int, batches: int) -> bool:
+        now = self._clock.now_ms()
+        try:
+            changed = self._storage.transaction(lambda: self._storage.exec(
+                _DELIVERED, through, batches, now, spec.name, row.version, row.cursor).changed)
+        except ThreadlineError as exc:
+            # Delivered, but not recorded: the batch goes again (at least once), after a
+            # backoff so that a failing disk does not make it spin.
+            return self._failed(spec, row, exc)
+        if changed != 1:
+            self._rows = None  # someone else moved it (a redeploy's reset): read it again
+            return False
+        self._read.pop(spec.name, None)
+        self.cursor_writes[spec.name] = self.cursor_writes.get(spec.name, 0) + 1
+        self.batches[spec.name] = self.batches.get(spec.name, 0) + batches
+        self._store(replace(row, cursor=through, failures=0, retry_at=None, error_type=None,
+                            error=None, failed_at=None, delivered=row.delivered + batches,
+                            delivered_at=now))
+        return True
+
+    def _failed(self, spec: SubscriberSpec, row: SubscriberRow, error: Exception) -> bool:
+        now = self._clock.now_ms()
+        retry_at = now + backoff_ms(row.failures, self._config, self._rng)
+        message = str(error)[:500]
+        self._log(f"threadline: subscriber {spec.name!r} failed to deliver a batch "
+                  f"({type(error).__name__}); retried after a backoff")
+        # Should storage refuse it, the backoff is kept in memory: this incarnation backs the
+        # subscriber off all the same.
+        with suppress(ThreadlineError):
+            self._storage.transaction(lambda: self._storage.exec(
+                _FAILED, retry_at, type(error).__name__, message, now, spec.name, row.version))
+        self._store(replace(row, failures=row.failures + 1, retry_at=retry_at,
+                            error_type=type(error).__name__, error=message, failed_at=now))
+        return False
+
+    def _park(self, spec: SubscriberSpec, row: SubscriberRow, refusal: DeliveryRefused) -> bool:
+        now = self._clock.now_ms()
+        message = str(refusal)[:500]
+        detail = None if refusal.detail is None else str(refusal.detail)[:2_000]
+        try:
+            self._storage.transaction(lambda: self._storage.exec(
+                _PARKED, type(refusal).__name__, message, detail, now, spec.name, row.version))
+        except ThreadlineError:
+            return self._failed(spec, row, refusal)
+        self._store(replace(row, state="parked", failures=row.failures + 1, retry_at=None,
+                            error_type=type(refusal).__name__, error=message, detail=detail,
+                            failed_at=now, reported=False))
+        self.report_parked()
+        return False
+
+    def _mark_reported(self, name: str) -> int:
+        return self._storage.exec(_REPORTED, name).changed
+
+    def _store(self, row: SubscriberRow) -> None:
+        if self._rows is not None:
+            self._rows[row.name] = row
+
+    def readout(self) -> list[dict[str, Any]]:
+        """What ``/maintenance`` shows of each declared subscriber (reads; writes nothing)."""
+        rows = read_rows(self._storage)
+        end = log_end(self._storage)
+        held = self.gated()
+        now = self._clock.now_ms()
+        out: list[dict[str, Any]] = []
+        for spec in sorted(self._specs, key=lambda item: item.name):
+            row = rows.get(spec.name) or SubscriberRow(spec.name, spec.version, 0, "active")
+            position = max(row.cursor, self._read.get(spec.name, 0))
+            if row.parked:
+                state = "parked"
+            elif row.retry_at is not None and row.retry_at > now:
+                state = "backing-off"
+            else:
+                state = "delivering" if position < end else "caught-up"
+            waiting = sorted(thread for thread, name in held.items() if name == spec.name)
+            submissions = [submission for thread in waiting
+                           for submission in self._open_work(thread)]
+            out.append({
+                "name": spec.name,
+                "kinds": None if spec.kinds is None else sorted(spec.kinds),
+                "required": spec.required, "version": spec.version, "batch": spec.batch,
+                "dispatch_timeout_ms": spec.dispatch_timeout_ms, "state": state,
+                "cursor": row.cursor, "log_end": end, "delivered": row.delivered,
+                "delivered_at": row.delivered_at, "failures": row.failures,
+                "retry_at": row.retry_at, "error_type": row.error_type, "error": row.error,
+                "detail": row.detail, "failed_at": row.failed_at,
+                "waiting_threads": waiting, "waiting_submissions": submissions,
+            })
+        return out
+
+    def report_parked(self) -> int:
+        """Log each parked subscriber not reported yet, once (a required one with the
+        Threads it holds); return how many."""
+        if not self.declared:
+            return 0
+        pending = [row for row in self.rows().values() if row.parked and not row.reported]
+        if not pending:
+            return 0
+        held = self.gated()
+        reported = 0
+        for row in pending:
+            taken = self._storage.transaction(partial(self._mark_reported, row.name))
+            self._store(replace(row, reported=True))
+            if taken != 1:
+                continue
+            reported += 1
+            spec = self._specs.get(row.name)
+            waiting = sorted(thread for thread, name in held.items() if name == row.name)
+            gate = (f"; native work of {len(waiting)} thread(s) waits for it: "
+                    f"{', '.join(waiting[:10])}" if spec is not None and spec.required
+                    else "")
+            self._log(
+                f"threadline: subscriber {row.name!r} is parked: its destination refused a "
+                f"batch ({row.error}){gate}; bump its version to deliver again"
+            )
+        return reported
+
+
+__all__ = [
+    "DELIVERED",
+    "DELIVERING",
+    "PUBLICATION_LOCATIONS",
+    "SKIP_PERSIST",
+    "WAVE_BATCHES",
+    "Publication",
+    "SubscriberRow",
+    "log_end",
+    "read_rows",
+    "subscribers_key",
+]

@@ -1,0 +1,71 @@
+"""``@app.subscriber`` checks its declaration at once; ``@app.on_settled`` is a subscriber to
+``submission.settled`` records and gets those alone."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+from subscribers_support import Recorder, clock, emit, writer_app
+
+from threadline import Application, Record, SchedulingError
+from threadline.records import SUBMISSION_SETTLED
+from threadline.scheduling import PUBLICATION
+from threadline.testing import SimulatedObject
+from threadline.threads import history
+
+
+def test_a_bad_declaration_fails_when_the_decorator_runs() -> None:
+    app = Application()
+    for bad in ({"name": "1st"}, {"name": "ok", "batch": 0}, {"name": "ok", "kinds": "x"},
+                {"name": "ok", "start": "later"}, {"name": "ok", "version": 0},
+                {"name": "ok", "dispatch_timeout": timedelta(minutes=10)}):
+        with pytest.raises(SchedulingError):
+            app.subscriber(**bad)  # type: ignore[arg-type]
+    app.subscriber("once")(Recorder())
+    with pytest.raises(SchedulingError, match="already declared"):
+        app.subscriber("once")
+
+
+def test_on_settled_subscribes_to_settlement_records() -> None:
+    app = Application()
+
+    @app.on_settled
+    async def settled(batch: list[Record]) -> None:
+        del batch
+
+    @app.on_settled(name="settled-required", required=True)
+    async def gate(batch: list[Record]) -> None:
+        del batch
+
+    specs = {spec.name: spec for spec in app.subscribers}
+    assert specs["settled"].kinds == frozenset({SUBMISSION_SETTLED})
+    assert specs["settled-required"].kinds == frozenset({SUBMISSION_SETTLED})
+    assert specs["settled-required"].required and not specs["settled"].required
+
+
+async def _settled_only() -> None:
+    app = writer_app()
+    got = Recorder()
+    app.on_settled(name="settled")(got)
+    async with SimulatedObject(app, clock=clock(), check_alarm_invariant=True) as obj:
+        sub = emit(obj, "t", ("note", 1))
+        await obj.run_alarms()
+
+        # A settlement record, as the runtime appends it to the Thread's log.
+        def settle_record() -> None:
+            history.append_history(
+                obj.storage, record_id=f"{sub}:settled", thread_id="t", submission_id=sub,
+                kind=SUBMISSION_SETTLED, body_json='{"outcome": "completed"}',
+                now=obj.clock.now_ms())
+            obj.space.scheduler.gate.schedule(PUBLICATION, obj.clock.now_ms())
+
+        obj.storage.transaction(settle_record)
+        await obj.run_alarms()
+        assert [(r.kind, r.seq, r.body) for r in got.records] == [
+            (SUBMISSION_SETTLED, 2, {"outcome": "completed"})]
+
+
+def test_on_settled_gets_settlement_records_alone() -> None:
+    asyncio.run(_settled_only())

@@ -1,0 +1,135 @@
+"""A required subscriber gates native work: a Thread's next head runs only once every required
+subscriber has consumed that Thread's committed records. One that is parked (or backing off)
+holds only the Threads with records it has not consumed, and that is reported once and shown
+in ``/maintenance`` with the work that waits."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+from subscribers_support import CONFIG, clock, maintenance_view, row
+
+from threadline import Application, DeliveryRefused, Record, Turn
+from threadline.testing import SimulatedObject
+from threadline.threads.model import SubmissionState
+
+
+def _app(events: list[tuple[str, Any]], *, refuse: bool, version: int = 1) -> Application:
+    app = Application(CONFIG)
+
+    @app.agent("writer")
+    async def writer(turn: Turn) -> None:
+        events.append(("ran", turn.input["name"]))
+        for kind, body in turn.input["emit"]:
+            await turn.emit(body, kind=kind)
+
+    @app.subscriber("audit", required=True, version=version)
+    async def audit(batch: list[Record]) -> None:
+        if refuse:
+            raise DeliveryRefused("audit store refused", detail="HTTP 422")
+        events.extend(("audited", (record.thread_id, record.seq)) for record in batch)
+
+    return app
+
+
+def _submit(obj: SimulatedObject, thread: str, name: str, *items: tuple[str, Any]) -> str:
+    return obj.admit(thread, "writer", {"name": name, "emit": [list(i) for i in items]}).id
+
+
+async def _drains_first() -> None:
+    events: list[tuple[str, Any]] = []
+    async with SimulatedObject(_app(events, refuse=False), clock=clock(),
+                               check_alarm_invariant=True) as obj:
+        _submit(obj, "a", "a1", ("note", 1), ("note", 2))
+        _submit(obj, "a", "a2", ("note", 3))
+        _submit(obj, "a", "a3")
+        await obj.run_alarms()
+        # Each head ran only after the records of the one before it were consumed.
+        assert events == [
+            ("ran", "a1"), ("audited", ("a", 1)), ("audited", ("a", 2)),
+            ("ran", "a2"), ("audited", ("a", 3)), ("ran", "a3"),
+        ]
+
+
+def test_a_threads_next_work_waits_until_required_subscribers_consumed_its_records() -> None:
+    asyncio.run(_drains_first())
+
+
+async def _parked_blocks_only_what_must_wait(caplog: pytest.LogCaptureFixture) -> None:
+    events: list[tuple[str, Any]] = []
+    async with SimulatedObject(_app(events, refuse=True), clock=clock(),
+                               check_alarm_invariant=True) as obj:
+        _submit(obj, "a", "a1", ("note", 1))
+        _submit(obj, "b", "b1")
+        await obj.run_alarms()
+        stored = row(obj, "audit")
+        assert stored is not None and stored.parked
+        held = _submit(obj, "a", "a2", ("note", 2))
+        free = _submit(obj, "b", "b2")
+        await obj.run_alarms()
+        # b has no record the subscriber lacks: its work goes on. a's waits, no alarm kept.
+        assert obj.submission(free).state is SubmissionState.SETTLED
+        assert obj.submission(held).state is SubmissionState.QUEUED
+        assert obj.alarm_at is None
+        assert [name for kind, name in events if kind == "ran"] == ["a1", "b1", "b2"]
+        lines = [r.getMessage() for r in caplog.records if "is parked" in r.getMessage()]
+        assert lines == [
+            "threadline: subscriber 'audit' is parked: its destination refused a batch (audit "
+            "store refused); native work of 1 thread(s) waits for it: a; bump its version to "
+            "deliver again"]
+        view = {item["name"]: item for item in (await maintenance_view(obj))["subscribers"]}
+        assert view["audit"]["state"] == "parked" and view["audit"]["required"] is True
+        assert view["audit"]["detail"] == "HTTP 422"
+        assert view["audit"]["waiting_threads"] == ["a"]
+        assert view["audit"]["waiting_submissions"] == [held]
+        # A deploy that bumps its version delivers a's records, then a's work goes on.
+        since = len(events)
+        await obj.redeploy(_app(events, refuse=False, version=2))
+        await obj.run_alarms()
+        assert obj.submission(held).state is SubmissionState.SETTLED
+        assert events[since:] == [("audited", ("a", 1)), ("ran", "a2"), ("audited", ("a", 2))]
+        assert obj.alarm_at is None
+
+
+def test_a_parked_required_subscriber_blocks_only_its_threads_and_is_reported(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.ERROR, logger="threadline.maintenance")
+    asyncio.run(_parked_blocks_only_what_must_wait(caplog))
+
+
+async def _backing_off() -> None:
+    events: list[tuple[str, Any]] = []
+    failures = [RuntimeError("down"), RuntimeError("down")]
+    app = Application(CONFIG)
+
+    @app.agent("writer")
+    async def writer(turn: Turn) -> None:
+        events.append(("ran", turn.input["name"]))
+        for kind, body in turn.input["emit"]:
+            await turn.emit(body, kind=kind)
+
+    @app.subscriber("audit", required=True)
+    async def audit(batch: list[Record]) -> None:
+        if failures:
+            raise failures.pop()
+        events.extend(("audited", (record.thread_id, record.seq)) for record in batch)
+
+    async with SimulatedObject(app, clock=clock(), check_alarm_invariant=True) as obj:
+        _submit(obj, "a", "a1", ("note", 1))
+        held = _submit(obj, "a", "a2")
+        free = _submit(obj, "b", "b1")
+        await obj.run_alarms()
+        # a2 waited out the subscriber's two backoffs; b1 never waited.
+        assert events == [("ran", "a1"), ("ran", "b1"), ("audited", ("a", 1)), ("ran", "a2")]
+        assert obj.submission(held).state is SubmissionState.SETTLED
+        assert obj.submission(free).state is SubmissionState.SETTLED
+        stored = row(obj, "audit")
+        assert stored is not None and stored.failures == 0 and stored.cursor == 1
+
+
+def test_a_backing_off_required_subscriber_holds_its_threads_until_it_delivers() -> None:
+    asyncio.run(_backing_off())
