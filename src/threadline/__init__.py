@@ -22,6 +22,7 @@ from threadline.errors import (
     RetryableAgentError,
     SchedulingError,
     SchemaError,
+    SignatureInvalid,
     StorageError,
     ThreadlineError,
     Unauthorized,
@@ -38,6 +39,7 @@ from threadline.space import Space
 from threadline.storage import SqliteStorage, Storage
 from threadline.subscribers import DeliveryContext, SubscriberSpec
 from threadline.threads import ApprovalDecision, Followup, RetryPolicy, Turn
+from threadline.webhooks import verify_signature
 
 __version__ = "0.1.0"
 
@@ -76,6 +78,7 @@ __all__ = [
     "SchedulingError",
     "SchemaError",
     "SequentialIds",
+    "SignatureInvalid",
     "Space",
     "SqliteStorage",
     "Storage",
@@ -86,4 +89,5 @@ __all__ = [
     "Turn",
     "Unauthorized",
     "ValidationFailed",
+    "verify_signature",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -11,6 +11,7 @@ from threadline.config import RuntimeConfig
 from threadline.errors import InvalidSchedule, SchedulingError
 from threadline.maintenance.host_lanes import DEFAULT_DISPATCH_TIMEOUT, HostLanes, LaneFn
 from threadline.maintenance.schedule_lanes import ScheduleFn, Schedules
+from threadline.queues import MAX_QUEUE_BATCH, queue_spec
 from threadline.records import SUBMISSION_SETTLED, Record
 from threadline.schedules import DEFAULT_TZ, CronSchedule, EverySchedule, Schedule
 from threadline.subscribers import (
@@ -23,6 +24,7 @@ from threadline.subscribers import (
     SubscriberSpec,
 )
 from threadline.threads.agents import AgentFn, AgentRegistry, binding_registry_key
+from threadline.webhooks import webhook_spec
 
 if TYPE_CHECKING:
     from threadline.maintenance.faults import RecoveryEventHook
@@ -261,6 +263,66 @@ class Application:
                 required=required, batch=batch, dispatch_timeout=dispatch_timeout)(target)
 
         return register if fn is None else register(fn)
+
+    def webhook(
+        self,
+        name: str,
+        *,
+        url: str,
+        secret_env: str | Sequence[str],
+        kinds: Iterable[str] | None = None,
+        start: Start = "beginning",
+        version: int = 1,
+        required: bool = False,
+        batch: int = 100,
+        dispatch_timeout: timedelta = DEFAULT_DELIVERY_TIMEOUT,
+    ) -> SubscriberSpec:
+        """Declare a subscriber that POSTs each batch of records to ``url`` as signed JSON.
+
+        ``secret_env`` names the Worker secret that signs the requests (read at each delivery;
+        several names while rotating: the first must be set, each one set adds a ``v1``
+        signature). ``url`` is https (plain http only to localhost or 127.0.0.1). ``kinds``
+        and the other options are those of every subscriber. A 2xx delivers the batch; 408,
+        429, a 5xx, a timeout or an unreachable host retry it with backoff; any other status
+        parks the subscriber with the status and the start of the answer shown in
+        ``/maintenance``. See :mod:`threadline.webhooks`. ::
+
+            app.webhook("crm", url="https://crm.example.com/hooks/threadline",
+                        secret_env="CRM_WEBHOOK_SECRET", kinds={"submission.settled"})
+
+        Raises :class:`~threadline.SchedulingError` at once for a bad url, secret name or
+        option, or a name already declared.
+        """
+        return self.subscribers.add(webhook_spec(
+            name, url=url, secret_env=secret_env, kinds=kinds, start=start, version=version,
+            required=required, batch=batch, dispatch_timeout=dispatch_timeout,
+        ))
+
+    def queue(
+        self,
+        name: str,
+        *,
+        binding: str = "EVENTS",
+        kinds: Iterable[str] | None = None,
+        start: Start = "beginning",
+        version: int = 1,
+        required: bool = False,
+        batch: int = MAX_QUEUE_BATCH,
+        dispatch_timeout: timedelta = DEFAULT_DELIVERY_TIMEOUT,
+    ) -> SubscriberSpec:
+        """Declare a subscriber that sends each record to the Cloudflare Queue bound as
+        ``binding`` (one message per record, ``sendBatch`` per batch; ``batch`` at most 100).
+        See :mod:`threadline.queues`. ::
+
+            app.queue("audit", binding="EVENTS", kinds={"approval.requested"})
+
+        Raises :class:`~threadline.SchedulingError` at once for a bad binding name or option,
+        or a name already declared.
+        """
+        return self.subscribers.add(queue_spec(
+            name, binding=binding, kinds=kinds, start=start, version=version,
+            required=required, batch=batch, dispatch_timeout=dispatch_timeout,
+        ))
 
     def on_recovery_event(self, fn: RecoveryEventHook) -> RecoveryEventHook:
         """Decorator registering the host hook for recovery events (one per application).

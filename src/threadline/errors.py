@@ -20,6 +20,7 @@ mapped to the most specific class here at one boundary, the storage adapter, and
     │   └── PayloadTooLarge          413: body above the configured cap
     ├── BindingUnavailable           a submission names an agent this deployment does not register
     ├── DeliveryRefused              a destination refused a batch for good; its subscriber parks
+    ├── SignatureInvalid             a webhook's ``Threadline-Signature`` does not verify
     └── AgentError                   raised by (or on behalf of) an agent's code
         ├── RetryableAgentError      the Attempt fails and is retried with backoff
         │   └── AttemptTimeout       the Attempt outran ``attempt_timeout_ms`` and was cancelled
@@ -53,6 +54,7 @@ class ErrorCode(StrEnum):
     PAYLOAD_TOO_LARGE = "payload-too-large"
     BINDING_UNAVAILABLE = "binding-unavailable"
     DELIVERY_REFUSED = "delivery-refused"
+    SIGNATURE_INVALID = "signature-invalid"
     AGENT = "agent"
     AGENT_RETRYABLE = "agent-retryable"
     AGENT_NON_RETRYABLE = "agent-non-retryable"
@@ -203,6 +205,14 @@ class DeliveryRefused(ThreadlineError):
         self.detail = detail
 
 
+class SignatureInvalid(ThreadlineError):
+    """Raised by :func:`threadline.verify_signature` on a receiver: the request's
+    ``Threadline-Signature`` is missing, malformed, outside the tolerance, or made with another
+    secret or over another body. Answer it with a 4xx and do not process the request."""
+
+    code = ErrorCode.SIGNATURE_INVALID
+
+
 class AgentError(ThreadlineError):
     """Base for errors raised by or for agent code."""
 
@@ -258,6 +268,7 @@ __all__ = [
     "RetryableAgentError",
     "SchedulingError",
     "SchemaError",
+    "SignatureInvalid",
     "StorageError",
     "StorageValueTooLarge",
     "ThreadlineError",

@@ -8,15 +8,17 @@ platform-neutral :class:`threadline.space.Space` / :mod:`threadline.api.edge`.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import suppress
+from http import HTTPMethod
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import js
 from pyodide.ffi import create_proxy, to_js
-from workers import DurableObject, Response, WorkerEntrypoint
+from workers import DurableObject, Response, WorkerEntrypoint, fetch
 
 from threadline.api import edge
 from threadline.api.edge import TOKEN_SECRET
@@ -25,8 +27,16 @@ from threadline.api.http import Response as PlainResponse
 from threadline.app import Application
 from threadline.maintenance.host_lanes import wake_arguments
 from threadline.messages import MessageEnvelope, Verdict, verdict_from_json, verdict_to_json
+from threadline.outbound import (
+    RESPONSE_BODY_LIMIT,
+    OutboundResponse,
+    OutboundTimeout,
+    QueueProducer,
+    origin,
+)
 from threadline.space import Space
 from threadline.storage.cloudflare import CloudflareStorage, is_js_null
+from threadline.threads.model import JsonValue
 
 #: Headers that describe one hop's framing, not the response: never copied between hops.
 _HOP_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive"})
@@ -178,6 +188,89 @@ async def _read_capped(request: Any, cap: int) -> bytes | None:
     return body
 
 
+async def _read_prefix(js_response: Any, limit: int) -> bytes:
+    """Up to ``limit`` bytes of a response body; the rest is cancelled, never read."""
+    stream = js_response.body
+    if stream is None or is_js_null(stream):
+        return b""
+    reader = stream.getReader()
+    kept = bytearray()
+    while len(kept) < limit:
+        chunk = await reader.read()
+        if chunk.done:
+            return bytes(kept)
+        kept += bytes(chunk.value.to_bytes())
+    with suppress(Exception):
+        await reader.cancel()
+    return bytes(kept[:limit])
+
+
+class WorkersFetch:
+    """The outbound :class:`~threadline.outbound.HttpPort` in workerd: the Worker's ``fetch``.
+
+    The ``workers`` SDK's fetch is used because cancelling its wait aborts the request itself
+    (a raw ``js.fetch`` under a timeout would leave it running); the one allowance bounds the
+    request and the read of the answer. Redirects are not followed (``redirect: "manual"``).
+    """
+
+    async def post(
+        self, url: str, *, headers: Mapping[str, str], body: bytes, timeout_ms: int
+    ) -> OutboundResponse:
+        """POST ``body`` to ``url``; :class:`OutboundTimeout` once ``timeout_ms`` has passed."""
+        try:
+            async with asyncio.timeout(max(timeout_ms, 1) / 1000):
+                response = await fetch(
+                    url, method=HTTPMethod.POST, headers=dict(headers), body=to_js(body),
+                    redirect="manual",
+                )
+                js_response = response.js_object
+                kept = await _read_prefix(js_response, RESPONSE_BODY_LIMIT)
+        except TimeoutError as error:
+            raise OutboundTimeout(
+                f"no answer from {origin(url)} within {timeout_ms} ms") from error
+        return OutboundResponse(
+            status=int(js_response.status), headers=_headers(response), body=kept)
+
+
+class _Queue:
+    """A Queue producer binding as a :class:`~threadline.outbound.QueueProducer`."""
+
+    def __init__(self, binding: Any) -> None:
+        self._binding = binding
+
+    async def send_batch(self, bodies: Sequence[JsonValue]) -> None:
+        messages = [{"body": body, "contentType": "json"} for body in bodies]
+        # Through JSON rather than to_js: a None must arrive as null, not undefined (which
+        # the Queue's JSON encoding would drop from the message).
+        await self._binding.sendBatch(js.JSON.parse(json.dumps(messages)))
+
+
+class DeliveryEnv:
+    """The Worker's environment as subscriber delivery sees it.
+
+    Attributes read through to the environment (secrets, bindings); in addition
+    :meth:`queue_producer` adapts a Queue binding, so the JavaScript call stays in this module
+    (see :func:`threadline.outbound.queue_producer`).
+    """
+
+    def __init__(self, env: Any) -> None:
+        self._env = env
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._env, name)
+
+    def queue_producer(self, binding: str) -> QueueProducer | None:
+        """The Queue bound as ``binding``, or None when the environment has no such binding."""
+        value = getattr(self._env, binding, None)
+        if value is None or is_js_null(value):
+            return None
+        # The SDK wraps bindings to convert arguments; the JS binding is called directly here.
+        raw = getattr(value, "_binding", value)
+        if isinstance(raw, str) or not hasattr(raw, "sendBatch"):
+            return None
+        return _Queue(raw)
+
+
 class WorkerBase(WorkerEntrypoint):
     """The Worker: checks the token, ids and body size, then forwards to the space's object."""
 
@@ -269,8 +362,11 @@ class ThreadObjectBase(DurableObject):
     def __init__(self, ctx: Any, env: Any) -> None:
         super().__init__(ctx, env)
         self.storage = CloudflareStorage(ctx.storage)
+        # Subscribers reach out through the Worker's fetch; Queue bindings are adapted here,
+        # where JavaScript calls belong.
         self.space = Space(self.app, self.storage, name=_object_name(ctx),
-                           router=BindingRouter(env, self.binding), env=env)
+                           router=BindingRouter(env, self.binding),
+                           env=DeliveryEnv(env), http=WorkersFetch())
         ctx.blockConcurrencyWhile(self.space.start)
 
     async def fetch(self, request: Any) -> Response:
@@ -325,4 +421,11 @@ class ThreadObjectBase(DurableObject):
         await self.space.alarm(retry_count)
 
 
-__all__ = ["TOKEN_SECRET", "BindingRouter", "ThreadObjectBase", "WorkerBase"]
+__all__ = [
+    "TOKEN_SECRET",
+    "BindingRouter",
+    "DeliveryEnv",
+    "ThreadObjectBase",
+    "WorkerBase",
+    "WorkersFetch",
+]

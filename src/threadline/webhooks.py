@@ -1,0 +1,350 @@
+"""Webhook destinations: a subscriber's batches POSTed as signed JSON, and the receiver's check.
+
+``app.webhook("crm", url=..., secret_env="CRM_WEBHOOK_SECRET")`` declares a subscriber whose
+delivery is one POST per batch through the outbound :class:`~threadline.outbound.HttpPort`::
+
+    POST <url>
+    Content-Type: application/json
+    Idempotency-Key: <64 hex digits naming the batch's records>
+    Threadline-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">
+
+    {"space": "...", "subscriber": "crm", "records": [<Record.to_json()>, ...]}
+
+The answer decides the batch: a 2xx delivers it; 408, 429, a 5xx, a timeout or a failure to
+reach the host raise :class:`WebhookUnavailable` (the batch is retried with backoff); any other
+status (another 4xx, a 3xx: redirects are not followed, the signature is for the declared URL)
+raises :class:`~threadline.DeliveryRefused` and parks the subscriber, keeping the status and
+the start of the response body for ``/maintenance``.
+
+The secret is read from the Worker's environment at each delivery, so rotating it needs no
+deploy of code; it never appears in an error, a log line or ``/maintenance``. Several secret
+names sign with each secret present (one ``v1`` entry each), so a receiver keeps verifying while
+the secret is rotated. Receivers check a request with :func:`verify_signature`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from urllib.parse import urlsplit
+
+from threadline.clock import SystemClock
+from threadline.errors import DeliveryRefused, SchedulingError, SignatureInvalid
+from threadline.outbound import (
+    HttpPort,
+    HttpxPort,
+    OutboundResponse,
+    OutboundTimeout,
+    env_value,
+    origin,
+)
+from threadline.records import Record
+from threadline.subscribers import (
+    DEFAULT_DISPATCH_TIMEOUT,
+    DeliveryContext,
+    Start,
+    SubscriberSpec,
+)
+
+SIGNATURE_HEADER = "Threadline-Signature"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+#: How far (seconds) a signature's time may be from the receiver's clock, either way.
+DEFAULT_TOLERANCE_S = 300
+#: How much of a refusing response's body is kept as the parked subscriber's detail.
+DETAIL_BODY_BYTES = 512
+#: Statuses below 500 that mean "later", not "never".
+RETRY_STATUSES = frozenset({408, 429})
+#: Hosts a plain-http URL may name: a receiver on the same machine (development, tests).
+LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+class WebhookUnavailable(Exception):
+    """The receiver answered "later" (408, 429, 5xx), timed out, or could not be reached.
+
+    Deliberately not a :class:`~threadline.DeliveryRefused`: the batch is retried with backoff.
+    ``status`` is the response's status, or None when none came back.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+# -- signatures ------------------------------------------------------------------------------
+
+def _key(secret: str | bytes) -> bytes:
+    return secret.encode("utf-8") if isinstance(secret, str) else bytes(secret)
+
+
+def signature(body: bytes, secret: str | bytes, timestamp: int) -> str:
+    """The hex HMAC-SHA256 of ``"<timestamp>.<body>"`` under ``secret`` (a ``v1`` value)."""
+    message = str(int(timestamp)).encode("ascii") + b"." + body
+    return hmac.new(_key(secret), message, hashlib.sha256).hexdigest()
+
+
+def signature_header(body: bytes, secrets: Sequence[str | bytes], timestamp: int) -> str:
+    """The ``Threadline-Signature`` value: ``t=<timestamp>`` and one ``v1=`` per secret."""
+    if not secrets:
+        raise ValueError("a signature needs at least one secret")
+    entries = [f"t={int(timestamp)}"]
+    entries += [f"v1={signature(body, secret, timestamp)}" for secret in secrets]
+    return ",".join(entries)
+
+
+def _parse(header: str | None) -> tuple[int, list[str]]:
+    if not isinstance(header, str) or not header.strip():
+        raise SignatureInvalid(f"no {SIGNATURE_HEADER} header")
+    times: list[str] = []
+    candidates: list[str] = []
+    for item in header.split(","):
+        scheme, sep, value = item.strip().partition("=")
+        if not sep:
+            raise SignatureInvalid(f"malformed {SIGNATURE_HEADER} entry {item.strip()[:20]!r}")
+        if scheme == "t":
+            times.append(value)
+        elif scheme == "v1":
+            candidates.append(value)
+        # Other schemes are ignored: a later version may sign with both.
+    if len(times) != 1 or not (times[0].isascii() and times[0].isdigit()):
+        raise SignatureInvalid(f"{SIGNATURE_HEADER} needs exactly one t=<unix seconds>")
+    if not candidates:
+        raise SignatureInvalid(f"{SIGNATURE_HEADER} has no v1 signature")
+    return int(times[0]), candidates
+
+
+def verify_signature(
+    body: bytes | str,
+    header: str | None,
+    secret: str | bytes | Sequence[str | bytes],
+    tolerance: float = DEFAULT_TOLERANCE_S,
+    *,
+    now: float | None = None,
+) -> int:
+    """Check a webhook request from threadline; return its signed time (unix seconds).
+
+    ``body`` is the request body exactly as received (bytes; a str is encoded as UTF-8), before
+    any JSON parsing. ``header`` is the ``Threadline-Signature`` value (None when absent).
+    ``secret`` is the shared secret, or several while rotating it: the request verifies when a
+    ``v1`` entry matches any of them. ``tolerance`` is how many seconds the signed time may be
+    from ``now`` (the system clock when None), either way, which bounds replays.
+
+    Raises :class:`~threadline.SignatureInvalid` (never returns False) when the header is
+    missing or malformed, no ``v1`` entry matches, or the time is outside the tolerance:
+    forgetting to look at a result cannot accept a forged request. Digests are compared in
+    constant time (:func:`hmac.compare_digest`).
+    """
+    if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or tolerance < 0:
+        raise ValueError("tolerance is a number of seconds >= 0")
+    raw = body.encode("utf-8") if isinstance(body, str) else bytes(body)
+    secrets = [secret] if isinstance(secret, str | bytes | bytearray) else list(secret)
+    if not secrets or any(not s for s in secrets):
+        raise ValueError("verify_signature needs a non-empty secret")
+    timestamp, candidates = _parse(header)
+    matched = False
+    for key in secrets:
+        expected = signature(raw, key, timestamp).encode("ascii")
+        for candidate in candidates:
+            # Every pair is compared, so the time taken says nothing about which one matched.
+            matched |= hmac.compare_digest(expected, candidate.encode("utf-8"))
+    if not matched:
+        raise SignatureInvalid("no v1 signature matches the body under the given secret")
+    current = SystemClock().now_ms() / 1000 if now is None else now
+    if abs(current - timestamp) > tolerance:
+        raise SignatureInvalid(
+            f"the signature's time {timestamp} is more than {tolerance} s from now"
+        )
+    return timestamp
+
+
+# -- the destination ---------------------------------------------------------------------------
+
+def batch_body(space: str, subscriber: str, batch: Sequence[Record]) -> bytes:
+    """The JSON a webhook POSTs for ``batch`` (compact, UTF-8)."""
+    document = {
+        "space": space,
+        "subscriber": subscriber,
+        "records": [record.to_json() for record in batch],
+    }
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def idempotency_key(subscriber: str, version: int, batch: Sequence[Record]) -> str:
+    """A name for the batch's records, the same whenever the same records are delivered again.
+
+    A digest of the subscriber, its version and every record id, in order: a retry of the same
+    batch carries the same key, a redelivery after a ``version`` bump (a backfill asked for on
+    purpose) a new one. Record ids are unique across spaces (they carry a random submission
+    id), so the space is left out and nothing but the records can change the key. A retry that
+    gathers more records is another batch with another key, so receivers deduplicate each
+    record by its ``record_id`` as well.
+    """
+    digest = hashlib.sha256()
+    for part in ("threadline-webhook", subscriber, str(version)):
+        digest.update(part.encode("utf-8") + b"\x00")
+    for record in batch:
+        digest.update(record.record_id.encode("utf-8") + b"\n")
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Webhook:
+    """The delivery function of a webhook subscriber (see the module docstring)."""
+
+    name: str
+    url: str
+    secret_env: tuple[str, ...]
+    version: int
+    timeout_ms: int
+
+    async def __call__(self, batch: list[Record], ctx: DeliveryContext) -> None:
+        """POST ``batch``; return once a 2xx came back (see the module docstring)."""
+        secrets = self._secrets(ctx)
+        body = batch_body(ctx.space, ctx.subscriber, batch)
+        headers = {
+            "content-type": "application/json",
+            "user-agent": "threadline-webhook",
+            IDEMPOTENCY_HEADER.lower(): idempotency_key(ctx.subscriber, self.version, batch),
+            SIGNATURE_HEADER.lower(): signature_header(body, secrets, ctx.now_ms // 1000),
+        }
+        http: HttpPort = ctx.http if ctx.http is not None else HttpxPort()
+        where = origin(self.url)
+        try:
+            response = await http.post(
+                self.url, headers=headers, body=body, timeout_ms=self.timeout_ms)
+        except OutboundTimeout as error:
+            raise WebhookUnavailable(
+                f"webhook {self.name!r}: {where} did not answer within {self.timeout_ms} ms"
+            ) from error
+        except Exception as error:
+            raise WebhookUnavailable(
+                f"webhook {self.name!r}: {where} could not be reached ({type(error).__name__})"
+            ) from error
+        self._judge(response, where)
+
+    def _secrets(self, ctx: DeliveryContext) -> list[str]:
+        first, *others = self.secret_env
+        secret = env_value(ctx.env, first)
+        if not isinstance(secret, str) or not secret:
+            # Parks rather than retries: nothing changes until the secret is set (a deploy
+            # or `wrangler secret put`, which restarts the object and unparks it).
+            raise DeliveryRefused(
+                f"webhook {self.name!r}: the secret {first} is not set in the Worker's "
+                "environment",
+                detail=f"missing secret {first}",
+            )
+        extra = [env_value(ctx.env, name) for name in others]
+        return [secret] + [value for value in extra if isinstance(value, str) and value]
+
+    def _judge(self, response: OutboundResponse, where: str) -> None:
+        status = response.status
+        if 200 <= status < 300:
+            return
+        excerpt = response.body[:DETAIL_BODY_BYTES].decode("utf-8", "replace")
+        detail = f"HTTP {status}" + (f": {excerpt}" if excerpt else "")
+        if status in RETRY_STATUSES or 500 <= status < 600:
+            raise WebhookUnavailable(
+                f"webhook {self.name!r}: {where} answered {detail}", status=status)
+        raise DeliveryRefused(
+            f"webhook {self.name!r}: {where} refused the batch with HTTP {status}", detail=detail
+        )
+
+
+def check_url(name: str, url: object) -> str:
+    """``url`` if a webhook may POST to it: https, or http to this machine only."""
+    if not isinstance(url, str) or not url:
+        raise SchedulingError(f"webhook {name!r}: url must be a non-empty string")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - a malformed port raises here, at declaration
+    except ValueError as error:
+        raise SchedulingError(f"webhook {name!r}: url is malformed ({error})") from None
+    if not parts.hostname:
+        raise SchedulingError(f"webhook {name!r}: url names no host")
+    if parts.username is not None or parts.password is not None:
+        raise SchedulingError(f"webhook {name!r}: url must not carry credentials")
+    if parts.scheme == "https":
+        return url
+    if parts.scheme == "http" and parts.hostname in LOCAL_HOSTS:
+        return url
+    raise SchedulingError(
+        f"webhook {name!r}: url must be https (plain http only to localhost or 127.0.0.1)"
+    )
+
+
+def check_secret_env(name: str, secret_env: object) -> tuple[str, ...]:
+    """The secret's environment names: one, or several (the first required) while rotating."""
+    names = (secret_env,) if isinstance(secret_env, str) else secret_env
+    if not isinstance(names, Iterable):
+        raise SchedulingError(f"webhook {name!r}: secret_env must name an environment variable")
+    checked = tuple(names)
+    if not checked or any(
+        not isinstance(n, str) or _ENV_NAME.fullmatch(n) is None for n in checked
+    ):
+        raise SchedulingError(
+            f"webhook {name!r}: secret_env must name environment variables "
+            "(letters, digits and _)"
+        )
+    return checked
+
+
+def kinds_of(kinds: Iterable[str] | None) -> frozenset[str] | None:
+    """A subscriber's kinds as declared: None for every kind, else a set of kinds (a lone
+    string is refused, as by ``@app.subscriber``: it is not the set of its characters)."""
+    if kinds is None:
+        return None
+    if isinstance(kinds, str):
+        raise SchedulingError(f"kinds is a set of kinds, not the string {kinds!r}")
+    chosen = frozenset(kinds)
+    if not all(isinstance(kind, str) and kind for kind in chosen):
+        raise SchedulingError("kinds holds non-empty strings")
+    return chosen
+
+
+def webhook_spec(
+    name: str,
+    *,
+    url: str,
+    secret_env: str | Sequence[str],
+    kinds: Iterable[str] | None = None,
+    start: Start = "beginning",
+    version: int = 1,
+    required: bool = False,
+    batch: int = 100,
+    dispatch_timeout: timedelta = DEFAULT_DISPATCH_TIMEOUT,
+) -> SubscriberSpec:
+    """The :class:`~threadline.subscribers.SubscriberSpec` of ``app.webhook(...)``."""
+    checked_url = check_url(name, url)
+    names = check_secret_env(name, secret_env)
+
+    deliver = Webhook(name, checked_url, names, version, timeout_ms=1)
+    spec = SubscriberSpec(
+        name=name, deliver=deliver, kinds=kinds_of(kinds), start=start, version=version,
+        required=required, batch=batch, dispatch_timeout=dispatch_timeout,
+    )
+    # The HTTP allowance is taken once the spec has checked its own, a little short of it, so
+    # a slow receiver ends as a timeout with its own message rather than as a cancellation.
+    allowance = spec.dispatch_timeout_ms
+    timeout_ms = max(1, allowance - min(1_000, allowance // 10))
+    return replace(spec, deliver=replace(deliver, timeout_ms=timeout_ms))
+
+
+__all__ = [
+    "DEFAULT_TOLERANCE_S",
+    "IDEMPOTENCY_HEADER",
+    "SIGNATURE_HEADER",
+    "Webhook",
+    "WebhookUnavailable",
+    "batch_body",
+    "idempotency_key",
+    "signature",
+    "signature_header",
+    "verify_signature",
+    "webhook_spec",
+]
