@@ -6,13 +6,14 @@ The deployed Durable Object (``threadline.worker.ThreadObjectBase``) and the sim
 
 from __future__ import annotations
 
+import logging
 import random
 from datetime import datetime
 from typing import Any
 
 from threadline.api.context import ApiContext
 from threadline.api.http import Request, Response
-from threadline.api.routes import route
+from threadline.api.routes import route, route_space
 from threadline.app import Application
 from threadline.clock import Clock, SystemClock
 from threadline.errors import SchedulingError
@@ -47,6 +48,10 @@ from threadline.threads import messages
 from threadline.threads.model import digest
 from threadline.threads.runtime import ThreadRuntime
 
+_log = logging.getLogger("threadline")
+#: Requests that may write: the first successful one that names the space stores the name.
+_READS = frozenset({"GET", "HEAD"})
+
 
 class Space:
     """The Threads of one space, over one storage, clock, randomness and id source.
@@ -54,9 +59,16 @@ class Space:
     One instance per object incarnation: its in-memory parts (the gate's active mutations, the
     runtime's active Attempts, its incarnation id) are rebuilt empty by the next one.
 
-    ``name`` is the space's id, when known: messages an agent sends into it are admitted
-    locally, in one transaction. ``router`` delivers messages into other spaces (see
-    :mod:`threadline.messages`); without one they fail with ``NoRoute``.
+    ``name`` is the space's id as the platform gives it to this incarnation (the deployed
+    object's ``ctx.id.name``), None when it does not: the platform names an object a request
+    or an RPC reaches, not one its alarm starts after an eviction or a restart. The object
+    stores the name the first time it learns it (a named start, else the ``{space}`` of the
+    first successful request that may write) and an incarnation given none uses the stored
+    one, so subscribers' envelopes keep naming the space and messages an agent sends into it
+    are still admitted locally, in one transaction. A stored name is never replaced: a
+    different one given later is logged and ignored (one object serves one name).
+    ``router`` delivers messages into other spaces (see :mod:`threadline.messages`); without
+    one they fail with ``NoRoute``.
     """
 
     def __init__(
@@ -74,7 +86,10 @@ class Space:
         http: HttpPort | None = None,
     ) -> None:
         self.app = app
+        #: The space's id, once known (see the class docstring).
         self.name = name
+        self._name_stored = False
+        self._name_conflict_logged = False
         self.storage = storage
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.rng = rng if rng is not None else random.SystemRandom()
@@ -155,6 +170,7 @@ class Space:
         self.schema_version = schema_version(self.storage)
         await self.storage.get_alarm()
         stored = generation.read_state(self.storage)
+        self._settle_name(stored.space_name)
         key = lanes_key(self.app.schedules, self.app.lanes.ids)
         if len(self.app.subscribers):
             key = digest(key, subscribers_key(self.app.subscribers))
@@ -172,6 +188,50 @@ class Space:
             # Recorded last: a start lost before it does both again (each is idempotent).
             self.storage.transaction(lambda: generation.set_lanes_key(self.storage, key))
         self.maintenance.start(stored)
+
+    def _settle_name(self, stored: str | None) -> None:
+        """At start: adopt the stored name, or store the one this incarnation was given (a
+        row written once in the object's life, never by a start that finds it stored)."""
+        if stored is None:
+            given = self.name
+            if given is not None:
+                self.storage.transaction(lambda: generation.set_space_name(self.storage, given))
+                self._name_stored = True
+            return
+        if self.name is not None and self.name != stored:
+            self._conflict(stored, self.name)
+        self._name_stored = True
+        self._use_name(stored)
+
+    def _use_name(self, name: str) -> None:
+        self.name = name
+        self.messages.space = name
+        self.publication.space = name
+
+    def _conflict(self, kept: str, other: str) -> None:
+        # Impossible with one object per name; should it happen, the name the object's log
+        # was published under stays.
+        if not self._name_conflict_logged:
+            self._name_conflict_logged = True
+            _log.warning("threadline: this object serves space %r but was named %r; keeping %r",
+                         kept, other, kept)
+
+    def _learn_name_from(self, request: Request, status: int | None) -> None:
+        """Before (``status`` None) and after a request, while no name is stored: its
+        ``{space}`` names this incarnation if nothing did, and once a request that may write
+        succeeded the name is stored (a read never writes)."""
+        named = route_space(request)
+        if named is None:
+            return
+        if self.name is None:
+            self._use_name(named)
+        elif named != self.name:
+            self._conflict(self.name, named)
+        if status is None or status >= 400 or request.method in _READS:
+            return
+        known = self.name if self.name is not None else named
+        self.storage.transaction(lambda: generation.set_space_name(self.storage, known))
+        self._name_stored = True
 
     def wake_lane(
         self, lane_id: str, at: datetime | None = None, *, cursor: int | None = None
@@ -218,7 +278,12 @@ class Space:
 
     async def handle(self, request: Request) -> Response:
         """Answer one HTTP request addressed to this space."""
-        return await route(self.api, request)
+        if self._name_stored:
+            return await route(self.api, request)
+        self._learn_name_from(request, None)
+        response = await route(self.api, request)
+        self._learn_name_from(request, response.status)
+        return response
 
     async def alarm(self, retry_count: int = 0) -> PassReport:
         """Run one maintenance pass for a fired alarm (the platform has emptied the slot).

@@ -340,8 +340,9 @@ class BindingRouter:
 
 def _object_name(ctx: Any) -> str | None:
     """The name the object was addressed by (``getByName(space)``), when the platform says:
-    the space's id. None when it does not (messages into the own space then go through the
-    binding too, and are admitted the same way)."""
+    the space's id. None when it does not: an object its alarm starts (after an eviction or
+    a restart) is not given its name, and :class:`~threadline.space.Space` then uses the one
+    it stored when it first learned it."""
     try:
         name = ctx.id.name
     except Exception:  # an id made from a random or hex id has no name

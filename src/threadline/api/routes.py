@@ -153,10 +153,23 @@ async def route(ctx: ApiContext, request: Request) -> Response:
     return response
 
 
+def route_space(request: Request) -> str | None:
+    """The ``{space}`` id of the route ``request`` is for (None: a route without one, no
+    route, or an id :func:`route` refuses)."""
+    found = ROUTER.resolve(request.method, request.path)
+    space = found.params.get("space") if found.route is not None else None
+    if space is None:
+        return None
+    try:
+        return check_path_id("space", space)
+    except ApiError:
+        return None
+
+
 async def _close(stream: AsyncIterator[bytes]) -> None:
     closer = getattr(stream, "aclose", None)
     if closer is not None:
         await closer()
 
 
-__all__ = ["HEALTH_PATH", "OPENAPI_PATH", "ROUTER", "ROUTES", "route"]
+__all__ = ["HEALTH_PATH", "OPENAPI_PATH", "ROUTER", "ROUTES", "route", "route_space"]

@@ -71,8 +71,9 @@ class MessageDelivery:
     """The handler of the ``threadline:messages`` lane, over one incarnation's storage.
 
     ``space`` is the name of the space this object serves (None when it does not know it:
-    every message then goes through ``router``); ``router`` reaches other spaces (None: a
-    message to another space fails with ``NoRoute``).
+    every message then goes through ``router``); the :class:`~threadline.space.Space` sets
+    it once it learns the name. ``router`` reaches other spaces (None: a message to another
+    space fails with ``NoRoute``).
     """
 
     def __init__(
@@ -100,7 +101,7 @@ class MessageDelivery:
         self._clock = clock
         self._rng = rng
         self._failpoints = failpoints
-        self._space = space
+        self.space = space
         self._router = router
         self._batch = batch
         self._call_timeout_ms = call_timeout_ms
@@ -132,7 +133,7 @@ class MessageDelivery:
             await self._clock.sleep_until(self._clock.now_ms())
 
     def _local(self, message: Message) -> bool:
-        return self._space is not None and message.to_space == self._space
+        return self.space is not None and message.to_space == self.space
 
     async def _deliver(self, message: Message, at: int, *, remote: bool) -> None:
         if self._local(message):
@@ -169,7 +170,7 @@ class MessageDelivery:
         if not self._storage.transaction(lambda: rows.claim(self._storage, message, fallback)):
             return  # changed since it was read: the next batch reads it again
         envelope = MessageEnvelope(
-            message_id=message.id, from_space=self._space, from_thread=message.from_thread,
+            message_id=message.id, from_space=self.space, from_thread=message.from_thread,
             from_submission=message.from_submission, to_space=message.to_space,
             to_thread=message.to_thread, agent=message.agent, input_json=message.input_json,
         )

@@ -183,7 +183,12 @@ class _Batch:
 
 
 class Publication:
-    """Delivery to the declared subscribers, driven by the maintenance pass."""
+    """Delivery to the declared subscribers, driven by the maintenance pass.
+
+    ``space`` is the name of the space every :class:`~threadline.subscribers.DeliveryContext`
+    carries (``""`` while the object does not know it); the
+    :class:`~threadline.space.Space` sets it once it learns the name.
+    """
 
     def __init__(
         self,

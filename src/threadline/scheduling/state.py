@@ -23,7 +23,8 @@ MAX_RETRY_STALLS = 30
 _SELECT = """
 SELECT dirty, processed, nonterminal, last_served_thread, last_recovered_thread,
     last_after_native_lane, binding_registry_key, retry_generation, retry_not_before,
-    retry_native_only, retry_stalls, recovery_event_seq, recovery_event_ack, lanes_key
+    retry_native_only, retry_stalls, recovery_event_seq, recovery_event_ack, lanes_key,
+    space_name
 FROM tl_maintenance WHERE id = 1
 """
 _ENSURE = """
@@ -84,6 +85,8 @@ UPDATE tl_maintenance SET binding_registry_key = ?
 WHERE id = 1 AND binding_registry_key IS NOT ?
 """
 _SET_LANES_KEY = "UPDATE tl_maintenance SET lanes_key = ? WHERE id = 1 AND lanes_key IS NOT ?"
+# Only ever set once: a stored name is never replaced (one object per name).
+_SET_SPACE_NAME = "UPDATE tl_maintenance SET space_name = ? WHERE id = 1 AND space_name IS NULL"
 _APPEND_EVENTS = """
 UPDATE tl_maintenance SET recovery_event_seq = recovery_event_seq + ? WHERE id = 1
 """
@@ -123,6 +126,8 @@ class MaintenanceState:
     recovery_event_ack: int
     #: The digest of the schedules and host lanes the object last started with (None: never).
     lanes_key: str | None = None
+    #: The name of the space the object serves, once it learned it (None: not yet).
+    space_name: str | None = None
 
     @property
     def pending_retry(self) -> NativeRetry | None:
@@ -186,6 +191,7 @@ def read_state(storage: Storage) -> MaintenanceState:
         recovery_event_seq=int(row["recovery_event_seq"]),
         recovery_event_ack=int(row["recovery_event_ack"]),
         lanes_key=row["lanes_key"],
+        space_name=row["space_name"],
     )
 
 
@@ -275,6 +281,15 @@ def set_lanes_key(storage: Storage, key: str) -> bool:
     return storage.exec(_SET_LANES_KEY, key, key).changed == 1
 
 
+def set_space_name(storage: Storage, name: str) -> bool:
+    """Record the name of the space the object serves; True when it was recorded.
+
+    Only the first name is kept: with one already stored this writes nothing and returns
+    False (the caller compares the two), so recording it again changes nothing.
+    """
+    return storage.exec(_SET_SPACE_NAME, name).changed == 1
+
+
 def append_recovery_events(storage: Storage, count: int) -> int:
     """Reserve ``count`` recovery-event sequence numbers; return the last one."""
     if count < 0:
@@ -310,4 +325,5 @@ __all__ = [
     "set_lanes_key",
     "set_nonterminal",
     "set_retry",
+    "set_space_name",
 ]

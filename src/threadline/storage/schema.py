@@ -592,6 +592,14 @@ _SUBSCRIBERS = (
     ) WITHOUT ROWID""",
 )
 
+# The name of the space the object serves. The platform gives it (``ctx.id.name``) to an
+# object a request or an RPC reaches, not to one its alarm starts after an eviction or a
+# restart, so the object keeps it here: written once, by the first start or request that
+# names the space, and read with the rest of this row at every start.
+_SPACE_NAME = (
+    "ALTER TABLE tl_maintenance ADD COLUMN space_name TEXT",
+)
+
 # One log: the settlement and approval records now go to tl_history with the Thread's other
 # records, so tl_outbox (written, never read) goes. Its rows are dropped, not moved. They were
 # never delivered to anyone, and they cannot join the log in their places: a Thread's seqs are
@@ -638,7 +646,7 @@ _LEAN_HISTORY = (
 MIGRATIONS: list[tuple[str, ...]] = [
     _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS, _LEAN_SUBMISSIONS,
     _LEAN_OUTBOX, _HELD_FOLLOWERS, _LOSSES, _SCHEDULES, _DELAYED, _LANES_KEY,
-    _JOINED_TO, _MESSAGE_ROUTING, _SUBSCRIBERS, _ONE_LOG, _LEAN_HISTORY,
+    _JOINED_TO, _MESSAGE_ROUTING, _SUBSCRIBERS, _SPACE_NAME, _ONE_LOG, _LEAN_HISTORY,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
