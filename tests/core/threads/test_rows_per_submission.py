@@ -281,10 +281,12 @@ def test_a_lost_claim_is_counted_in_the_one_update_that_readies_it(
     assert (storage.meter.reading() - before).rows_written == 5
 
 
-def test_a_log_record_is_one_b_tree_entry(storage: SqliteStorage) -> None:
-    # Its row only: no index of record ids to keep (workerd bills each entry as a row). The
-    # primary key's b-tree is the table of a WITHOUT ROWID table, listed once per instruction.
-    assert set(btrees_written(storage, history._INSERT_HISTORY)) == {"tl_history"}
+def test_a_log_record_is_its_row_and_its_thread_seq_entry(storage: SqliteStorage) -> None:
+    # Its row in the table (keyed by ``pos``, the rowid subscribers' cursors point at) and its
+    # entry in UNIQUE (thread_id, seq), which keeps a Thread's seqs unique and serves reads
+    # by Thread; no index of record ids (workerd bills each entry as a row).
+    assert set(btrees_written(storage, history._INSERT_HISTORY)) == {
+        "tl_history", "sqlite_autoindex_tl_history_1"}
 
 
 def test_a_replayed_emit_finds_its_record_reading_only_the_log_since_the_first_claim(
