@@ -320,11 +320,19 @@ def subscriber_batches(runtime: Runtime, runs: int) -> list[Measurement]:
         batches = {name: after.get(name, 0) - before.get(name, 0) for name in SUBSCRIBER_NAMES}
         if not all(batches.values()):
             raise ScenarioError(f"a subscriber got no batch: {batches}")
-        cursor_rows = sum(entry["rows_written"] for alarm in obj.alarms_since(since)
-                          for entry in alarm["by_statement"]
+        statements = [entry for alarm in obj.alarms_since(since)
+                      for entry in alarm["by_statement"]]
+        cursor_rows = sum(entry["rows_written"] for entry in statements
                           if entry["sql"].startswith("UPDATE tl_subscribers SET cursor"))
+        # What delivering read: the log's pages past the cursors and the cursor rows.
+        delivery_reads = sum(
+            entry["rows_read"] for entry in statements
+            if entry["sql"].startswith(("UPDATE tl_subscribers SET cursor",
+                                        "SELECT pos, thread_id"))
+        )
         for name in SUBSCRIBER_NAMES:
-            out[name].runs.append({"rows_written": cursor_rows / sum(batches.values()),
+            out[name].runs.append({"rows_read": delivery_reads / sum(batches.values()),
+                                   "rows_written": cursor_rows / sum(batches.values()),
                                    "batches": batches[name]})
     return list(out.values())
 

@@ -305,6 +305,11 @@ async def subscriber_batches(runs: int, explain: bool = False) -> list[Measureme
             # The cursor rows: each subscriber's compare-and-set, one per batch delivered.
             cursor_rows = sum(written for sql, (_, _, written) in cost.by_statement.items()
                               if sql.startswith("UPDATE tl_subscribers SET cursor"))
+            # What delivering read: the log's pages past the cursors and the cursor rows.
+            delivery_reads = sum(
+                read for sql, (_, read, _) in cost.by_statement.items()
+                if sql.startswith(("UPDATE tl_subscribers SET cursor", "SELECT pos, thread_id"))
+            )
             batches = {name: publication.batches.get(name, 0) - before.get(name, 0)
                        for name in names}
             if not all(batches.values()):
@@ -312,6 +317,7 @@ async def subscriber_batches(runs: int, explain: bool = False) -> list[Measureme
             per_name = {name: publication.cursor_writes.get(name, 0) for name in names}
             for name in names:
                 out[name].runs.append({
+                    "rows_read": delivery_reads / sum(batches.values()),
                     "rows_written": cursor_rows / sum(batches.values()),
                     "batches": batches[name],
                     "cursor_writes_total": per_name[name],

@@ -296,7 +296,8 @@ class Client:
     def history(
         self, space: str, thread: str, *, after: int = 0, limit: int = 100
     ) -> HistoryPage:
-        """A page of the Thread's canonical records after seq ``after`` (empty at first)."""
+        """A page of the Thread's log after seq ``after`` (empty at first): emitted records and
+        the runtime's (``submission.settled``, ``approval.requested``, ``message.failed``)."""
         return self._send(_history_call(space, thread, after, limit))
 
     def approve(
@@ -328,6 +329,10 @@ class Client:
         max_reconnects: int | None = None,
     ) -> Iterator[ThreadEvent]:
         """The Thread's live events (records after seq ``after``, or all; state changes).
+
+        Records include each submission's ``submission.settled`` record (see
+        :class:`~threadline.client_events.ThreadEvent`): following them tells every settlement,
+        one missed while disconnected too, where :meth:`wait` polls one submission.
 
         May be opened before the Thread's first submission: it waits for it, then follows it.
         Never ends on its own: a lost connection is reopened after ``reconnect_delay`` s with

@@ -29,9 +29,16 @@ _KINDS: frozenset[str] = frozenset({"record", "submission"})
 class ThreadEvent:
     """One event of a Thread's stream.
 
-    ``kind`` is ``record`` (a canonical history record; ``seq`` is its history seq) or
+    ``kind`` is ``record`` (a record of the Thread's log; ``seq`` is its seq) or
     ``submission`` (a submission's state: ``id``, ``seq``, ``state``, ``outcome``,
     ``attempts``, ``revision``; ``seq`` is None). ``data`` is the event's JSON.
+
+    A record's own ``kind`` (``record().kind``) is what an agent emitted (``record`` by
+    default) or one of the runtime's facts (:mod:`threadline.records`):
+    ``submission.settled`` (body ``{submission_id, outcome, result?, error?}``),
+    ``approval.requested`` (``{submission_id, key, payload}``) or ``message.failed``. Records
+    are resumed without a gap, so a client learns every settlement from them; ``submission``
+    events are sampled live and never replayed.
     """
 
     kind: EventKind

@@ -133,6 +133,9 @@ class Space:
             # Each schedule runs as the concurrent host lane of its own id.
             self.lanes.register(declared.id, self.schedules.handler_for(declared),
                                 dispatch_timeout_ms=declared.dispatch_timeout_ms)
+        # A fact appended outside a pass with no native work (a delayed submission aborted
+        # before it fell due, say) makes the publication lane due, for the pass to deliver it.
+        gate.publication_drained = bool(len(app.subscribers))
         self.publication = Publication(
             storage, self.clock, config, self.rng, app.subscribers, self.scheduler.due_queue,
             self.scheduler.failpoints, space=name or "", env=env, http=http,

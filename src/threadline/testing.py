@@ -85,7 +85,7 @@ _BLIND_IDLE_TURNS = 20
 #: What the alarm invariant checks of each schedule: its next fire and its pending one.
 _SCHEDULE_FIRES = "SELECT id, next_fire, pending_fire FROM tl_schedules ORDER BY id"
 _NO_DISK_SYNC = "PRAGMA synchronous = OFF"
-_SETTLED_RECORDS = "SELECT COUNT(*) AS n FROM tl_outbox WHERE record_id = ?"
+_SETTLED_RECORDS = "SELECT COUNT(*) AS n FROM tl_history WHERE record_id = ?"
 _SUBMISSIONS = "SELECT id FROM tl_submissions ORDER BY thread_id, seq"
 _THREAD_SUBMISSIONS = "SELECT id FROM tl_submissions WHERE thread_id = ? ORDER BY seq"
 
@@ -1002,7 +1002,7 @@ class ThreadHarness:
         raise QuiescenceError("the runtime did not quiesce")
 
     def settled_records(self, submission_id: str) -> int:
-        """How many settlement records the outbox holds for the submission."""
+        """How many ``submission.settled`` records the Thread's log holds for the submission."""
         row = self.storage.exec(_SETTLED_RECORDS, f"{submission_id}:settled").one()
         return int(row["n"])
 
@@ -1010,7 +1010,8 @@ class ThreadHarness:
 class SettlementLog:
     """Counts every settle transition that reported success, per submission.
 
-    Counting outbox rows shows a second settlement only once it got as far as publishing.
+    Counting settlement records in the log shows a second settlement only once it got as far
+    as writing its record.
     This log wraps the transition itself: a second settlement of one submission that reported
     success shows here as 2.
     """

@@ -48,6 +48,14 @@ async def _until_record(reader: StreamReader) -> tuple[Event, list[Event]]:
         states.append(event)
 
 
+async def _settled_record(reader: StreamReader) -> Event:
+    """The next record, which must be a settlement."""
+    record, _ = await _until_record(reader)
+    assert record.data["kind"] == "submission.settled", record
+    assert record.data["record_id"] == f"{record.data['submission_id']}:settled"
+    return record
+
+
 def test_records_arrive_in_seq_order_then_live(chat: Api) -> None:
     async def go() -> None:
         await submit(chat, "t1", {"count": 3}, agent="chatty")
@@ -57,6 +65,9 @@ def test_records_arrive_in_seq_order_then_live(chat: Api) -> None:
         assert [r.id for r, _ in backlog] == [1, 2, 3]
         assert [r.data["body"] for r, _ in backlog] == [{"n": 0}, {"n": 1}, {"n": 2}]
         assert backlog[0][0].data["seq"] == 1 and backlog[0][0].data["kind"] == "record"
+        # Its settlement is the next record of the log.
+        first_settled = await _settled_record(reader)
+        assert first_settled.id == 4 and first_settled.data["body"]["result"] == {"said": 3}
         # Nothing open: the opening snapshot of submission states is empty.
         waiting = await pending(reader)
         assert not waiting.done()
@@ -66,7 +77,8 @@ def test_records_arrive_in_seq_order_then_live(chat: Api) -> None:
         assert admitted.data["id"] == second["id"] and admitted.data["state"] == "queued"
         await drive(chat)
         live = [await _until_record(reader) for _ in range(2)]
-        assert [r.id for r, _ in live] == [4, 5]
+        assert [r.id for r, _ in live] == [5, 6]
+        assert (await _settled_record(reader)).id == 7
         settled = await reader.next()
         assert settled.event == "submission" and settled.id is None
         assert settled.data == {
@@ -83,6 +95,11 @@ def test_state_changes_of_an_approval_flow(api: Api) -> None:
         sub = await submit(api, "t1", {"text": "hi"}, agent="confirm")
         await drive(api)
         reader = await open_stream(api, "t1")
+        # The log first: the approval request, a record like any other.
+        asked = await reader.next()
+        assert (asked.event, asked.id, asked.data["kind"]) == ("record", 1, "approval.requested")
+        assert asked.data["body"] == {"submission_id": sub["id"], "key": "confirm",
+                                      "payload": asked.data["body"]["payload"]}
         opening = await reader.next()
         assert opening.data["state"] == "suspended" and opening.id is None
         decided = await call(api, "POST", api.submission_path("t1", sub["id"])
@@ -96,7 +113,8 @@ def test_state_changes_of_an_approval_flow(api: Api) -> None:
             seen.append(await reader.next())
         # The record comes before the settlement it preceded; states between two reads of
         # the stream (running) may be coalesced into the latest one.
-        assert [(e.event, e.id) for e in seen if e.event == "record"] == [("record", 1)]
+        assert [(e.id, e.data["kind"]) for e in seen if e.event == "record"] == [
+            (2, "record"), (3, "submission.settled")]
         assert seen[0].event == "record"
         assert seen[-1].data["outcome"] == "completed"
         await reader.close()
@@ -115,12 +133,12 @@ def test_resume_with_last_event_id_has_no_gap_and_no_duplicate(chat: Api) -> Non
         await submit(chat, "t1", {"count": 3}, agent="chatty")
         await drive(chat)
         again = await open_stream(chat, "t1", after=0, last_event_id=str(got[-1].id))
-        rest = [(await _until_record(again))[0] for _ in range(5)]
+        rest = [(await _until_record(again))[0] for _ in range(7)]
         tail = await pending(again)
         assert not tail.done()
         seqs = [e.id for e in got + rest]
-        assert seqs == list(range(1, 8))
-        assert len({e.data["record_id"] for e in got + rest}) == 7
+        assert seqs == list(range(1, 10))
+        assert len({e.data["record_id"] for e in got + rest}) == 9
         tail.cancel()
         await turns()
         await again.close()
@@ -128,6 +146,42 @@ def test_resume_with_last_event_id_has_no_gap_and_no_duplicate(chat: Api) -> Non
         fresh = await open_stream(chat, "t1", after=6)
         assert (await _until_record(fresh))[0].id == 7
         await fresh.close()
+
+    run(go())
+
+
+def test_a_submission_admitted_and_settled_while_disconnected_is_learned_on_resume(
+    chat: Api,
+) -> None:
+    async def go() -> None:
+        first = await submit(chat, "t1", {"count": 1}, agent="chatty")
+        await drive(chat)
+        reader = await open_stream(chat, "t1")
+        seen = [(await _until_record(reader))[0], await _settled_record(reader)]
+        await reader.close()
+        # While no stream is open: one submission that emits nothing and one that emits
+        # twice, both admitted and settled before the client comes back.
+        quiet = await submit(chat, "t1", {"count": 0}, agent="chatty")
+        loud = await submit(chat, "t1", {"count": 2}, agent="chatty")
+        await drive(chat)
+        again = await open_stream(chat, "t1", last_event_id=str(seen[-1].id))
+        rest = [(await _until_record(again))[0] for _ in range(4)]
+        tail = await pending(again)
+        assert not tail.done()
+        log = [(e.id, e.data["submission_id"], e.data["kind"]) for e in seen + rest]
+        assert log == [
+            (1, first["id"], "record"), (2, first["id"], "submission.settled"),
+            (3, quiet["id"], "submission.settled"),
+            (4, loud["id"], "record"), (5, loud["id"], "record"),
+            (6, loud["id"], "submission.settled"),
+        ]
+        # The settlement says how: outcome and result, as the submission route would.
+        assert rest[0].data["body"] == {"submission_id": quiet["id"], "outcome": "completed",
+                                        "result": {"said": 0}}
+        assert len({e.data["record_id"] for e in seen + rest}) == 6
+        tail.cancel()
+        await turns()
+        await again.close()
 
     run(go())
 
@@ -140,6 +194,7 @@ def test_heartbeat_follows_the_injected_clock(chat: Api, clock: ManualClock) -> 
         await drive(chat)
         reader = await open_stream(chat, "t1")
         await _until_record(reader)
+        await _settled_record(reader)
         waiting = await pending(reader)
         clock.advance(interval - 1)
         await turns()
@@ -171,6 +226,7 @@ def test_closing_the_stream_frees_its_subscriber_and_timer(chat: Api, clock: Man
         readers = [await open_stream(chat, "t1") for _ in range(2)]
         for reader in readers:
             await _until_record(reader)
+            await _settled_record(reader)
         assert len(subscribers) == 2
         # The first waits for news (its heartbeat timer is set); the second is between reads.
         waiting = await pending(readers[0])
@@ -196,19 +252,20 @@ def test_an_idle_stream_reads_nothing_and_a_wake_reads_only_new_records(chat: Ap
         reader = await open_stream(chat, "t1")
         for _ in range(250):
             await _until_record(reader)
+        await _settled_record(reader)
         waiting = await pending(reader)
         idle = meter.reading()
         await turns(200)
         assert (meter.reading() - idle).rows_read == 0
         assert not waiting.done()
-        # A commit elsewhere in the object wakes the stream; it reads past seq 250 only.
+        # A commit elsewhere in the object wakes the stream; it reads past seq 251 only.
         before = meter.reading()
         await submit(chat, "t2", {"count": 1}, agent="chatty")
         admitted = meter.reading() - before
         await turns()
         woke = meter.reading() - before
         assert not waiting.done()
-        # Two reads (records after 250, open submissions), and no row comes back: nothing new.
+        # Two reads (records after 251, open submissions), and no row comes back: nothing new.
         assert woke.statements - admitted.statements == 2
         assert woke.rows_read == admitted.rows_read
         waiting.cancel()
@@ -243,6 +300,7 @@ def test_a_stream_opened_before_the_first_submission_writes_nothing_then_deliver
         assert [r.id for r, _ in live] == [1, 2]
         assert [r.data["body"] for r, _ in live] == [{"n": 0}, {"n": 1}]
         assert all(r.data["submission_id"] == first["id"] for r, _ in live)
+        assert (await _settled_record(reader)).id == 3
         settled = await reader.next()
         assert settled.data["id"] == first["id"] and settled.data["state"] == "settled"
         assert settled.data["outcome"] == "completed"

@@ -80,8 +80,11 @@ def test_the_confirm_flow_over_http(api: Api, clock: ManualClock, approved: bool
     assert done["waits"][0]["state"] == "resolved"
     assert done["waits"][0]["decision"] == {"approved": approved, "payload": {"by": "ops"}}
     records = api.call("GET", api.thread_path("t1") + "/history").json()["records"]
-    said = [r["body"] for r in records if r["submission_id"] == sub]
+    said = [r["body"] for r in records if r["submission_id"] == sub and r["kind"] == "record"]
     assert said == ([{"role": "assistant", "text": "ship it"}] if approved else [])
+    # The runtime's own records frame it: the request first, the settlement last.
+    kinds = [r["kind"] for r in records if r["submission_id"] == sub]
+    assert kinds[0] == "approval.requested" and kinds[-1] == "submission.settled"
 
 
 def test_an_approval_decided_twice(api: Api) -> None:

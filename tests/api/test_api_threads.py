@@ -46,7 +46,13 @@ def test_the_summary_shows_open_submissions_in_fifo_order(api: Api) -> None:
     api.drive()
     done = api.call("GET", api.thread_path("t1")).json()
     assert done["open"] == [] and done["open_submissions"] == 0
-    assert done["history_seq"] == 2
+    # The last seq counts the runtime's records too: the approval request, the confirmed
+    # reply, both settlements and the echo's reply.
+    log = api.call("GET", api.thread_path("t1") + "/history").json()["records"]
+    assert [(r["kind"], r["submission_id"]) for r in log] == [
+        ("approval.requested", first), ("record", first), ("submission.settled", first),
+        ("record", second), ("submission.settled", second)]
+    assert done["history_seq"] == log[-1]["seq"] == 5
 
 
 def test_a_named_thread_without_a_submission_reads_as_empty_and_writes_nothing(
@@ -76,16 +82,22 @@ def test_history_pages_by_seq_with_a_next_cursor(api: Api) -> None:
         api.submit("t1", {"text": text}, agent="echo")
     api.drive()
     path = api.thread_path("t1") + "/history"
-    first = api.call("GET", path + "?limit=2").json()
+    first = api.call("GET", path + "?limit=4").json()
     assert first["thread_id"] == "t1"
-    assert [(r["seq"], r["body"]["text"]) for r in first["records"]] == [(1, "one"), (2, "two")]
-    assert first["records"][0]["kind"] == "record" and first["next"] == 2
-    rest = api.call("GET", f"{path}?after={first['next']}&limit=2").json()
-    assert [r["seq"] for r in rest["records"]] == [3] and rest["next"] is None
-    record = rest["records"][0]
+    # Each reply, then its submission's settlement record.
+    assert [(r["seq"], r["kind"]) for r in first["records"]] == [
+        (1, "record"), (2, "submission.settled"), (3, "record"), (4, "submission.settled")]
+    assert [r["body"]["text"] for r in first["records"][::2]] == ["one", "two"]
+    assert first["next"] == 4
+    rest = api.call("GET", f"{path}?after={first['next']}&limit=4").json()
+    assert [r["seq"] for r in rest["records"]] == [5, 6] and rest["next"] is None
+    record, settled = rest["records"]
     assert record["body"] == {"role": "assistant", "text": "three"}
     assert record["record_id"].startswith(record["submission_id"])
-    assert api.call("GET", path + "?after=3").json() == {"thread_id": "t1", "records": [],
+    assert settled["record_id"] == f"{record['submission_id']}:settled"
+    assert settled["body"] == {"submission_id": record["submission_id"],
+                               "outcome": "completed", "result": settled["body"]["result"]}
+    assert api.call("GET", path + "?after=6").json() == {"thread_id": "t1", "records": [],
                                                          "next": None}
 
 

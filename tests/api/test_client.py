@@ -52,7 +52,10 @@ def test_the_blocking_client_covers_a_whole_flow(api: Api) -> None:
         api.drive()
         assert client.wait("acme", "t2", confirm.id, timeout=1).result == {"approved": True}
         page = client.history("acme", "t1", limit=10)
-        assert [r.body for r in page.records] == [{"role": "assistant", "text": "hi"}]
+        assert [(r.kind, r.body) for r in page.records] == [
+            ("record", {"role": "assistant", "text": "hi"}),
+            ("submission.settled", {"submission_id": echo.id, "outcome": "completed",
+                                    "result": {"text": "hi"}})]
         assert [t.id for t in client.threads("acme").threads] == ["t1", "t2"]
         assert client.thread("acme", "t1").open == []
         queued = client.submit("acme", "t1", {"text": "later"})
@@ -108,7 +111,9 @@ def test_the_async_client_resolves_and_aborts(api: Api) -> None:
             done = await client.wait("acme", "t1", sub.id, timeout=0)
             assert done.state == "settled"
             page = await client.history("acme", "t1")
-            assert page.records == [] and page.next is None
+            # Aborted before it ran: its settlement is the Thread's only record.
+            assert [(r.kind, r.body["outcome"]) for r in page.records] == [
+                ("submission.settled", "aborted")] and page.next is None
             assert (await client.threads("acme")).threads[0].id == "t1"
             assert (await client.thread("acme", "t1")).open == []
 

@@ -91,8 +91,10 @@ def test_the_async_client_resumes_after_a_lost_connection(chat: Api) -> None:
         await submit(chat, "t1", {"count": 3}, agent="chatty")
         await drive(chat)
         events = client.events("acme", "t1", reconnect_delay=0.5)
-        got = [await soon(anext(events)) for _ in range(3)]
-        assert _records(got) == [1, 2, 3]
+        got = [await soon(anext(events)) for _ in range(4)]
+        # The three records, then the submission's settlement record.
+        assert _records(got) == [1, 2, 3, 4]
+        assert got[-1].record().kind == "submission.settled"
         assert seen_headers == [None, "2"] and slept == [0.5]
         assert got[0].record().body == {"n": 0}
         # Live records on the resumed connection.
@@ -102,9 +104,12 @@ def test_the_async_client_resumes_after_a_lost_connection(chat: Api) -> None:
         await turns()
         await drive(chat)
         more.append(await soon(reading))
-        while len(_records(more)) < 2:
+        # The second submission's two records and its settlement.
+        while len(_records(more)) < 3:
             more.append(await soon(anext(events)))
-        assert _records(got + more) == [1, 2, 3, 4, 5]
+        assert _records(got + more) == [1, 2, 3, 4, 5, 6, 7]
+        assert [e.record().kind for e in more if e.kind == "record"] == [
+            "record", "record", "submission.settled"]
         states = [e for e in more if e.kind == "submission"]
         assert states and states[0].seq is None and states[0].data["state"] == "queued"
         assert len(chat.space.api.subscribers) == 1
@@ -198,11 +203,12 @@ def test_the_blocking_client_resumes_and_never_repeats_a_record(chat: Api) -> No
     chat.drive()
     with Client(BASE, TOKEN, transport=httpx.MockTransport(handler), sleep=lambda _: None) as cl:
         events = cl.events("acme", "t1", after=1)
-        got = [next(events) for _ in range(3)]
+        got = [next(events) for _ in range(4)]
         events.close()  # type: ignore[attr-defined]
-    # Connection 1 sends 2, 3 and part of 4; connection 2 resumes after 3.
-    assert _records(got) == [2, 3, 4]
-    assert seen_headers == ["1", "3"]
+    # Connection 1 sends 2, 3, 4 and part of 5 (the settlement); connection 2 resumes after 4.
+    assert _records(got) == [2, 3, 4, 5]
+    assert got[-1].record().kind == "submission.settled"
+    assert seen_headers == ["1", "4"]
 
 
 def test_the_blocking_client_follows_a_thread_from_before_its_first_submission(

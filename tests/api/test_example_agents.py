@@ -15,8 +15,9 @@ def _run(api: Api, agent: str, input: Any) -> dict[str, Any]:
 
 
 def _history(api: Api) -> list[Any]:
+    """What the agents emitted: the Thread's records of kind ``record``."""
     page = api.call("GET", api.thread_path("t1") + "/history").json()
-    return [record["body"] for record in page["records"]]
+    return [record["body"] for record in page["records"] if record["kind"] == "record"]
 
 
 def test_the_example_app_registers_echo_and_confirm() -> None:

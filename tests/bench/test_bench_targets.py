@@ -68,3 +68,16 @@ def test_schedule_fires_are_judged_flat_in_n_per_kind_of_alarm() -> None:
     assert verdicts[0].startswith("fire, nothing submitted: flat in N: met")
     assert verdicts[1] == ("that submission's run: flat in N: MISSED (N=1 31 read, 9 written "
                            "(billed); N=100 32 read, 9 written (billed))")
+
+
+def _unit(billed: float) -> Measurement:
+    return Measurement("2", WORKERD, "end to end", runs=[{
+        "rows_written": billed - 3, "set_alarm": 2, "delete_alarm": 1,
+    }])
+
+
+def test_one_submission_is_judged_against_fourteen_billed_rows() -> None:
+    assert _verdicts("2", [_unit(14)]) == [
+        "end to end: rows written (billed) 14 <= 14: met"]
+    assert _verdicts("2", [_unit(15)]) == [
+        "end to end: rows written (billed) 15 > 14: MISSED by 1 (1.1x)"]

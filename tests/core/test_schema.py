@@ -21,9 +21,11 @@ def _dump(storage: SqliteStorage) -> list[tuple[str, str]]:
 
 EXPECTED_TABLES = {
     "tl_meta", "tl_lanes", "tl_maintenance", "tl_threads", "tl_submissions", "tl_journal",
-    "tl_history", "tl_waits", "tl_abort_intents", "tl_outbox", "tl_messages", "tl_schedules",
+    "tl_history", "tl_waits", "tl_abort_intents", "tl_messages", "tl_schedules",
     "tl_subscribers",
 }
+#: Tables a later migration drops, by the migration that drops them.
+DROPPED = {"tl_outbox": schema_module._ONE_LOG}
 EXPECTED_INDEXES = {
     "tl_lanes_due", "tl_submissions_open", "tl_waits_open",
     "tl_messages_pending",
@@ -174,6 +176,10 @@ def _rows(storage: SqliteStorage, table: str, columns: list[str]) -> list[dict[s
     return rows
 
 
+def _seeded_table(statement: str) -> str:
+    return re.match(r"(?:INSERT INTO|UPDATE) (\w+)", statement).group(1)  # type: ignore[union-attr]
+
+
 def test_the_seeds_cover_every_version_and_table() -> None:
     assert set(SEEDS) <= set(range(1, SCHEMA_VERSION + 1))
     storage = SqliteStorage(":memory:")
@@ -187,15 +193,23 @@ def test_the_seeds_cover_every_version_and_table() -> None:
 def test_rows_written_at_an_earlier_version_survive_every_later_migration(start: int) -> None:
     storage = SqliteStorage(":memory:")
     migrate(storage, target=start)
+    present = set(_tables(storage))
     for version in sorted(v for v in SEEDS if v <= start):
         for statement, params in SEEDS[version]:
-            storage.exec(statement, *params)
+            # A table dropped by then holds nothing to carry on.
+            if _seeded_table(statement) in present:
+                storage.exec(statement, *params)
     written = {}
     for table in _tables(storage):
         columns = [row["name"] for row in storage.exec(f'PRAGMA table_info("{table}")')]
         written[table] = (columns, _rows(storage, table, columns))
     assert migrate(storage) == SCHEMA_VERSION - start
+    remaining = set(_tables(storage))
     for table, (columns, rows) in written.items():
+        if table not in remaining:
+            # Only a table a migration after ``start`` drops on purpose may be gone.
+            assert MIGRATIONS.index(DROPPED[table]) >= start, table
+            continue
         # Every column the row had still holds what was written; later columns may be added.
         assert _rows(storage, table, columns) == rows, table
     assert storage.exec("PRAGMA foreign_key_check").rows == []
@@ -222,7 +236,9 @@ def test_lean_rows_migration_keeps_every_outbox_record_and_pass_report() -> None
     storage.exec("DELETE FROM tl_pass_reports WHERE seq = 1")
     tables = ("tl_outbox", "tl_pass_reports")
     before = {table: storage.exec(f"SELECT * FROM {table} ORDER BY seq").rows for table in tables}
-    assert migrate(storage) == SCHEMA_VERSION - lean
+    # Up to the migration that drops the outbox.
+    one_log = MIGRATIONS.index(schema_module._ONE_LOG)
+    assert migrate(storage, target=one_log) == one_log - lean
     for table in tables:
         assert storage.exec(f"SELECT * FROM {table} ORDER BY seq").rows == before[table], table
     names = {row["name"] for row in storage.exec("SELECT name FROM sqlite_master")}
@@ -234,6 +250,56 @@ def test_lean_rows_migration_keeps_every_outbox_record_and_pass_report() -> None
                  " VALUES ('r4', 't', 'record', '{}', 14)")
     assert storage.exec("SELECT seq FROM tl_outbox WHERE record_id = 'r4'").scalar() == 4
     assert storage.exec("SELECT max(seq) FROM tl_pass_reports").scalar() == 3
+
+
+def test_the_one_log_migration_drops_the_outbox_and_keeps_the_thread_logs() -> None:
+    one_log = MIGRATIONS.index(schema_module._ONE_LOG)
+    storage = SqliteStorage(":memory:")
+    migrate(storage, target=one_log)
+    storage.exec("INSERT INTO tl_threads (id, created_at, updated_at) VALUES ('t', 1, 1)")
+    storage.exec("INSERT INTO tl_history (thread_id, seq, record_id, submission_id, kind,"
+                 " body_json, created_at) VALUES ('t', 1, 's1:emit:0', 's1', 'record', '{}', 5)")
+    storage.exec("INSERT INTO tl_outbox (record_id, thread_id, kind, body_json, created_at)"
+                 " VALUES ('s1:settled', 't', 'submission.settled', '{}', 6)")
+    before = storage.exec("SELECT * FROM tl_history").rows
+    assert migrate(storage, target=one_log + 1) == 1
+    assert "tl_outbox" not in _tables(storage)
+    # Dropped, not moved: the log's seqs and records are as they were.
+    assert storage.exec("SELECT * FROM tl_history").rows == before
+
+
+def test_the_lean_history_rebuild_keeps_the_log_and_marks_what_may_have_been_claimed() -> None:
+    lean = MIGRATIONS.index(schema_module._LEAN_HISTORY)
+    storage = SqliteStorage(":memory:")  # foreign keys are enforced, as on workerd
+    migrate(storage, target=lean)
+    storage.exec("INSERT INTO tl_threads (id, created_at, updated_at) VALUES ('t', 1, 1)")
+    states = ["queued", "ready", "running", "suspended", "settled"]
+    for seq, state in enumerate(states, start=1):
+        settled = state == "settled"
+        storage.exec(
+            "INSERT INTO tl_submissions (id, thread_id, seq, agent, input_json, input_digest,"
+            " state, dormant, outcome, lease_owner, lease_expires_at, created_at, updated_at,"
+            " settled_at) VALUES (?, 't', ?, 'echo', '{}', 'd', ?, ?, ?, ?, ?, 1, 1, ?)",
+            f"s{seq}", seq, state, int(state == "suspended"), "completed" if settled else None,
+            "lease" if state == "running" else None, 9 if state == "running" else None,
+            5 if settled else None)
+    for seq in (1, 2, 3):
+        storage.exec("INSERT INTO tl_history (thread_id, seq, record_id, submission_id, kind,"
+                     " body_json, created_at) VALUES ('t', ?, ?, ?, 'record', ?, ?)",
+                     seq, f"s{seq + 1}:emit", f"s{seq + 1}", f'{{"n":{seq}}}', 10 + seq)
+    before = storage.exec("SELECT * FROM tl_history ORDER BY seq").rows
+    assert migrate(storage, target=lean + 1) == 1
+    assert storage.exec("SELECT * FROM tl_history ORDER BY seq").rows == before
+    assert storage.exec("PRAGMA foreign_key_check").rows == []
+    assert "tl_history_old" not in _tables(storage)
+    # Open and possibly claimed: read their Thread's log from its start. Never claimed (a
+    # claim never makes one queued again) or settled: nothing to find.
+    marks = {row["id"]: row["history_from"] for row in storage.exec(
+        "SELECT id, history_from FROM tl_submissions")}
+    assert marks == {"s1": None, "s2": 0, "s3": 0, "s4": 0, "s5": None}
+    # Ids are the writers' to keep unique now: the log no longer refuses one.
+    storage.exec("INSERT INTO tl_history (thread_id, seq, record_id, submission_id, kind,"
+                 " body_json, created_at) VALUES ('t', 4, 's2:emit', 's2', 'record', '{}', 20)")
 
 
 def test_lean_submissions_rebuild_keeps_every_row_and_its_foreign_keys() -> None:

@@ -108,7 +108,7 @@ from threadline.threads import (
     ScheduledSubmission,
     SubmissionState,
     Turn,
-    outbox,
+    history,
     transitions,
 )
 from threadline.threads import messages as message_rows
@@ -1029,7 +1029,7 @@ def message_admissions(run: Run, scenario: Scenario, settlements: Counter[str]) 
             problems.append(f"{item.thread}-in holds {local}, the message became "
                             f"{by_id[here].admitted_as}")
         across.append(str(by_id[there].admitted_as))
-        failed = [r for r in outbox.read_history(obj.storage, item.thread, limit=1_000)
+        failed = [r for r in history.read_history(obj.storage, item.thread, limit=1_000)
                   if r["kind"] == MESSAGE_FAILED]
         if [r["record_id"] for r in failed] != [f"{refused}:failed"]:
             problems.append(f"{item.thread} logged {failed} for its refused message")

@@ -1,8 +1,10 @@
 """Timing ``echo`` turns over the HTTP API (the workerd latency test and ``scripts/bench``).
 
 One turn: POST an ``echo`` submission, then read the Thread's open event stream until the
-run's record (the echo's reply, its only record) arrives. Client-side figures are taken on the
-driver's monotonic clock from the moment before the POST is sent:
+run's record (the echo's reply) arrives, then on to its ``submission.settled`` record (not
+timed), so the next turn's reading starts with nothing of this one left on the stream.
+Client-side figures are taken on the driver's monotonic clock from the moment before the POST
+is sent:
 
 - ``admit``: the POST's round trip (admission committed, alarm armed, prompt pass requested);
 - ``first SSE event``: the first event of any kind after the POST (the submission announced);
@@ -34,6 +36,8 @@ ATTEMPT_CLIENT = "attempt start (client)"
 FIRST_RECORD = "first SSE record"
 ATTEMPT_OBJECT = "attempt start (object clock)"
 PASS_OBJECT = "alarm pass start (object clock)"
+#: The kind of a submission's last record, its settlement.
+SETTLED = "submission.settled"
 #: States a submission has before its Attempt starts.
 _NOT_STARTED = frozenset({"queued", "ready"})
 
@@ -58,9 +62,12 @@ def submit_echo(client: httpx.Client, base: str, text: str) -> str:
 
 
 def skip_to_record(events: Iterator[ServerSentEvent], submission_id: str) -> None:
-    """Read the stream up to the record of ``submission_id`` (a warm-up's, say)."""
+    """Read the stream up to the settlement record of ``submission_id`` (a warm-up's, say):
+    its last record."""
     for event in events:
-        if event.event == "record" and json.loads(event.data)["submission_id"] == submission_id:
+        data: Any = json.loads(event.data)
+        if (event.event == "record" and data["submission_id"] == submission_id
+                and data["kind"] == SETTLED):
             return
     raise RuntimeError("the event stream ended")
 
@@ -80,9 +87,10 @@ def timed_turn(
                 and data["state"] not in _NOT_STARTED):
             seen.setdefault(ATTEMPT_CLIENT, at)
         if event.event == "record" and data["submission_id"] == submission_id:
-            # The echo's only record: its Attempt started before it.
+            # The echo's reply, its first record: its Attempt started before it.
             seen.setdefault(ATTEMPT_CLIENT, at)
             seen[FIRST_RECORD] = at
+            skip_to_record(events, submission_id)
             return submission_id, seen
     raise RuntimeError("the event stream ended before the run's record")
 

@@ -72,26 +72,31 @@ def test_stream_delivers_history_live_records_and_resumes(workerd: Runtime) -> N
         with connect_sse(client, "GET", _thread("s1") + "/events", headers=headers) as source:
             assert source.response.headers["content-type"] == "text/event-stream"
             events = source.iter_sse()
-            [first] = _records(events, 1)
+            first, first_settled = _records(events, 2)
             assert first.id == "1"
             assert json.loads(first.data)["body"] == {"role": "assistant", "text": "one"}
-            # Live: a new submission is announced (no id), then its record arrives (id 2).
+            assert first_settled.id == "2"
+            assert json.loads(first_settled.data)["kind"] == "submission.settled"
+            # Live: a new submission is announced (no id), then its record arrives (id 3).
             second = _submit(client, "s1", "two")
             announced = next(events)
-            assert announced.event == "submission" and announced.id == "1"
+            assert announced.event == "submission" and announced.id == "2"
             assert json.loads(announced.data)["id"] == second["id"]
             _drive(client, "s1")
             [live] = _records(events, 1)
-            assert live.id == "2" and json.loads(live.data)["body"]["text"] == "two"
-        # Disconnected; more records are appended meanwhile.
+            assert live.id == "3" and json.loads(live.data)["body"]["text"] == "two"
+        # Disconnected after seq 3; more is appended meanwhile: the second's settlement, and
+        # two more submissions' records and settlements.
         for text in ("three", "four"):
             _submit(client, "s1", text)
         _drive(client, "s1")
-        resumed = {"accept": "text/event-stream", "last-event-id": "2"}
+        resumed = {"accept": "text/event-stream", "last-event-id": "3"}
         with connect_sse(client, "GET", _thread("s1") + "/events", headers=resumed) as source:
-            rest = _records(source.iter_sse(), 2)
-        assert [e.id for e in rest] == ["3", "4"]
-        assert [json.loads(e.data)["body"]["text"] for e in rest] == ["three", "four"]
+            rest = _records(source.iter_sse(), 5)
+        assert [e.id for e in rest] == ["4", "5", "6", "7", "8"]
+        assert [json.loads(e.data)["kind"] for e in rest] == [
+            "submission.settled", "record", "submission.settled", "record", "submission.settled"]
+        assert [json.loads(e.data)["body"]["text"] for e in rest[1::2]] == ["three", "four"]
         bad = client.get(_thread("s1") + "/events", headers={"last-event-id": "x"})
         assert bad.status_code == 400
         assert bad.json()["type"] == "urn:threadline:problem:invalid-header"

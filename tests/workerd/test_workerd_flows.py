@@ -126,10 +126,9 @@ def test_abort_a_queued_and_a_suspended_submission(workerd: Runtime) -> None:
 
 
 def test_the_stream_follows_an_alarm_run_and_resumes(workerd: Runtime) -> None:
-    """Every record of echo runs arrives in order, from the alarm's work alone, before the
-    run's settled state; a client that reconnects with Last-Event-ID gets exactly the records
-    after it. (An echo run appends one canonical record, its reply; the settlement is a state
-    change, sent as a ``submission`` event without an id.)"""
+    """Every record of echo runs arrives in order, from the alarm's work alone; a client that
+    reconnects with Last-Event-ID gets exactly the records after it. (An echo run appends one
+    canonical record, its reply, then its ``submission.settled`` record.)"""
     space, thread = "flows", "stream"
     path = _thread(space, thread) + "/events"
     headers = {"authorization": f"Bearer {TOKEN}", "accept": "text/event-stream"}
@@ -158,25 +157,35 @@ def test_the_stream_follows_an_alarm_run_and_resumes(workerd: Runtime) -> None:
         with connect_sse(client, "GET", path) as source:
             events = source.iter_sse()
             second = _submit(workerd, space, thread, "echo", {"text": "two"})
-            live = take(events, 2)
+            live = take(events, 4)
         assert live == [
             ("1", sub_id(first), {"role": "assistant", "text": "one"}),
-            ("2", sub_id(second), {"role": "assistant", "text": "two"}),
+            ("2", sub_id(first), _settlement(first, "one")),
+            ("3", sub_id(second), {"role": "assistant", "text": "two"}),
+            ("4", sub_id(second), _settlement(second, "two")),
         ]
         # Disconnected while two more runs complete.
         later = [_submit(workerd, space, thread, "echo", {"text": t}) for t in ("3", "4")]
         for location in later:
             _settled(workerd, location)
-        with connect_sse(client, "GET", path, headers={"last-event-id": "2"}) as source:
+        with connect_sse(client, "GET", path, headers={"last-event-id": "4"}) as source:
             events = source.iter_sse()
             fifth = _submit(workerd, space, thread, "echo", {"text": "5"})
-            rest = take(events, 3)
+            rest = take(events, 6)
     for location in (first, second, fifth):
         assert _settled(workerd, location)["outcome"] == "completed"
-    assert rest == [
-        (str(seq), sub_id(location), {"role": "assistant", "text": str(seq)})
-        for seq, location in zip((3, 4, 5), [*later, fifth], strict=True)
-    ]
+    expected = []
+    runs = [(later[0], "3"), (later[1], "4"), (fifth, "5")]
+    for seq, (location, text) in zip((5, 7, 9), runs, strict=True):
+        expected += [(str(seq), sub_id(location), {"role": "assistant", "text": text}),
+                     (str(seq + 1), sub_id(location), _settlement(location, text))]
+    assert rest == expected
+
+
+def _settlement(location: str, text: str) -> dict[str, Any]:
+    """The body of an echo run's ``submission.settled`` record."""
+    submission = location.rsplit("/", 1)[1]
+    return {"submission_id": submission, "outcome": "completed", "result": {"text": text}}
 
 
 def test_an_unknown_outcome_is_resolved_over_http(
@@ -242,7 +251,8 @@ def test_a_runtime_restarted_mid_flow_settles_each_submission_once(
 ) -> None:
     """Submissions admitted over HTTP, the runtime killed while some are queued or running
     (one Thread's head is waiting for an approval): after the restart each one settles, once,
-    and each Thread's history holds each run's records once, in submission order."""
+    and each Thread's log holds each run's records once, in submission order, each followed by
+    its settlement record."""
     space = "restart"
     first = start_runtime(tmp_path)
     try:
@@ -281,5 +291,9 @@ def test_a_runtime_restarted_mid_flow_settles_each_submission_once(
         assert [r["seq"] for r in records] == list(range(1, len(records) + 1))
         expected: list[tuple[str, str]] = []
         for location in locations:
-            expected.append((ids[location], "record"))
+            # The runtime's records framing each run's own, each once: the gate's approval
+            # request (however many times its Attempt asked), the settlement.
+            if location == gate:
+                expected.append((ids[location], "approval.requested"))
+            expected += [(ids[location], "record"), (ids[location], "submission.settled")]
         assert [(r["submission_id"], r["kind"]) for r in records] == expected

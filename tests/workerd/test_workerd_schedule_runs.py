@@ -41,7 +41,9 @@ def _fired(runtime: Runtime, after: int | None) -> dict[str, Any] | None:
 
 
 def _records(runtime: Runtime) -> list[dict[str, Any]]:
-    return list(_get(runtime, "/threads/ticks/history?limit=200")["records"])
+    """What the fires' runs emitted (the log also holds their settlement records)."""
+    records = _get(runtime, "/threads/ticks/history?limit=200")["records"]
+    return [record for record in records if record["kind"] == "record"]
 
 
 def _settled_fires(runtime: Runtime) -> dict[int, dict[str, Any]]:

@@ -1,7 +1,7 @@
-"""Subscribers in real workerd: records emitted by submissions on two Threads reach a callable
-subscriber (in batches of two) and a required one, in log order per Thread, through the
-object's live alarm; the required one is drained before each Thread's next submission runs,
-and ``/maintenance`` shows both caught up at the log's end.
+"""Subscribers in real workerd: records emitted by submissions on two Threads, and their
+settlement records, reach a callable subscriber (in batches of two) and a required one, in log
+order per Thread, through the object's live alarm; the required one is drained before each
+Thread's next submission runs, and ``/maintenance`` shows both caught up at the log's end.
 
 The ``subs-*`` spaces are served by ``SubscribedThreadObject`` (``probe/probe_entry.py``).
 """
@@ -37,7 +37,8 @@ def _get(runtime: Runtime, path: str) -> Any:
 def _caught_up(runtime: Runtime) -> dict[str, Any] | None:
     view = _get(runtime, f"/v1/spaces/{SPACE}/maintenance")
     subscribers = {item["name"]: item for item in view["subscribers"]}
-    done = all(item["state"] == "caught-up" and item["cursor"] == item["log_end"] == 7
+    # Seven emitted records and the three submissions' settlement records.
+    done = all(item["state"] == "caught-up" and item["cursor"] == item["log_end"] == 10
                for item in subscribers.values())
     return subscribers if done and len(subscribers) == 2 else None
 
@@ -64,4 +65,5 @@ def test_records_reach_each_subscriber_in_order_on_the_live_alarm(
         for batch in delivered[name]:
             for thread, seq in batch:
                 per_thread.setdefault(thread, []).append(seq)
-        assert per_thread == {"a": [1, 2, 3, 4, 5], "b": [1, 2]}, (name, delivered)
+        # Each submission's records, then its settlement record (a's at seq 4 and 7, b's 3).
+        assert per_thread == {"a": [1, 2, 3, 4, 5, 6, 7], "b": [1, 2, 3]}, (name, delivered)

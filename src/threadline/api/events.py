@@ -2,17 +2,22 @@
 
 Two kinds of events, chosen so that resuming is exact:
 
-- ``event: record`` — one canonical history record, with ``id:`` set to its history seq. The
-  stream sends every record after the resume point in seq order, then each new one as it is
-  appended. A client that reconnects with ``Last-Event-ID: N`` (or ``?after=N`` on a fresh
-  connection; the header wins when both are sent, as a reconnecting browser keeps the URL)
-  gets exactly the records after ``N``: no gap, no duplicate.
+- ``event: record`` — one record of the Thread's log, with ``id:`` set to its seq. The log
+  holds what agents emit and the runtime's own facts (``submission.settled`` with the outcome
+  and the result or error, ``approval.requested``, ``message.failed``: see
+  :mod:`threadline.records`). The stream sends every record after the resume point in seq
+  order, then each new one as it is appended. A client that reconnects with
+  ``Last-Event-ID: N`` (or ``?after=N`` on a fresh connection; the header wins when both are
+  sent, as a reconnecting browser keeps the URL) gets exactly the records after ``N``: no gap,
+  no duplicate. So it learns every settlement it missed while disconnected, even of a
+  submission admitted and settled in between, from the ``submission.settled`` records.
 - ``event: submission`` — a submission's state changed (admitted, started, suspended, settled,
   ...). It carries NO ``id:`` field, so it never moves the client's Last-Event-ID (the SSE
-  rule: an event without an id keeps the last one). These are live notifications: each
-  connection starts with the current state of the Thread's open submissions, then sends each
-  change it observes. A change that happened while no connection was open is not replayed;
-  its effect shows in that opening snapshot (once settled, in ``GET .../submissions/{id}``).
+  rule: an event without an id keeps the last one). These are live notifications, sampled:
+  each connection starts with the current state of the Thread's open submissions, then sends
+  each change it observes. A change that happened while no connection was open is not
+  replayed, and two changes between two reads show as one; what a client must not miss is a
+  record (a settlement is one).
 
 The route opens on a Thread with no submission yet (a Thread exists for reading once it is
 named; opening writes nothing): the stream waits, and the first submission admitted to it is
@@ -35,16 +40,20 @@ from threadline.api.http import Request, Response
 from threadline.api.models import MAX_SAFE_INTEGER, EventsQuery
 from threadline.api.problems import InvalidHeader
 from threadline.errors import ValidationFailed
-from threadline.threads import outbox, views
+from threadline.threads import history, views
 from threadline.threads.model import decode_json
 
 EVENT_STREAM = "text/event-stream"
 STREAM_DESCRIPTION = (
-    "Server-Sent Events. `event: record` carries one canonical history record as JSON "
+    "Server-Sent Events. `event: record` carries one record of the Thread's log as JSON "
     "(`seq`, `record_id`, `submission_id`, `kind`, `body`, `created_at`) with `id:` set to its "
-    "history seq; the stream first sends every record after the resume point, then each new "
-    "one as it is appended. Resume with `Last-Event-ID: <seq>` (or `?after=<seq>`; the header "
-    "wins): exactly the records after that seq follow, no gap and no duplicate. "
+    "seq: what agents emit, and the runtime's own facts under reserved kinds "
+    "(`submission.settled`: `{submission_id, outcome, result?, error?}`; "
+    "`approval.requested`: `{submission_id, key, payload}`; `message.failed`). The stream first "
+    "sends every record after the resume point, then each new one as it is appended. Resume "
+    "with `Last-Event-ID: <seq>` (or `?after=<seq>`; the header wins): exactly the records "
+    "after that seq follow, no gap and no duplicate, so every settlement missed while "
+    "disconnected arrives as its `submission.settled` record. "
     "`event: submission` carries a submission's state (`id`, `seq`, `state`, `outcome`, "
     "`attempts`, `revision`) WITHOUT an `id:` field, so it never moves Last-Event-ID: each "
     "connection opens with the current state of the open submissions, then sends each change "
@@ -114,7 +123,7 @@ class _Follower:
         """The records appended after the last one sent, in seq order (all pages)."""
         out: list[bytes] = []
         while True:
-            rows = outbox.read_history(
+            rows = history.read_history(
                 self.ctx.storage, self.thread_id, after=self.last_seq, limit=PAGE
             )
             for row in rows:
@@ -172,7 +181,7 @@ async def events(ctx: ApiContext, request: Request, params: dict[str, str]) -> R
     thread_id = params["thread"]
     # A Thread exists for reading once it is named: before its first admission the stream
     # opens on an empty history and waits, so a client can subscribe before it submits.
-    last_seq = outbox.last_history_seq(ctx.storage, thread_id)
+    last_seq = history.last_history_seq(ctx.storage, thread_id)
     if after > last_seq:
         # A seq this object never handed out: resuming there would skip records to come.
         detail = f"{after} is past the Thread's last record ({last_seq})"

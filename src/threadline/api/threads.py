@@ -13,7 +13,8 @@ from threadline.api.context import ApiContext
 from threadline.api.http import Request, Response, model_response
 from threadline.api.models import HistoryPage, HistoryQuery, HistoryRecord, ThreadPage, ThreadsQuery
 from threadline.api.views import empty_thread, thread_item, thread_summary
-from threadline.threads import delayed, outbox, views
+from threadline.threads import delayed, views
+from threadline.threads.history import read_history
 from threadline.threads.model import decode_json
 
 #: A summary lists at most this many open submissions (the head first; the count is exact),
@@ -46,11 +47,12 @@ async def get_thread(ctx: ApiContext, request: Request, params: dict[str, str]) 
 
 
 async def history(ctx: ApiContext, request: Request, params: dict[str, str]) -> Response:
-    """``GET .../threads/{thread}/history?after=N&limit=M``: canonical records in seq order."""
+    """``GET .../threads/{thread}/history?after=N&limit=M``: the Thread's log in seq order:
+    emitted records and the runtime's own (``submission.settled``, ``approval.requested``)."""
     query = read_query(request, HistoryQuery)
     thread_id = params["thread"]
     # No lookup of the Thread first: one never written has no records, an empty page.
-    rows = outbox.read_history(ctx.storage, thread_id, after=query.after, limit=query.limit + 1)
+    rows = read_history(ctx.storage, thread_id, after=query.after, limit=query.limit + 1)
     page = rows[: query.limit]
     records = [
         HistoryRecord.model_validate(

@@ -40,8 +40,8 @@ from threadline.messages import Accepted, MessageEnvelope, MessageRouter, Refuse
 from threadline.records import MESSAGE_FAILED
 from threadline.scheduling import backoff_ms
 from threadline.storage.port import Storage
+from threadline.threads import history
 from threadline.threads import messages as rows
-from threadline.threads import outbox
 from threadline.threads.agents import AgentRegistry
 from threadline.threads.messages import Message
 from threadline.threads.model import encode_json
@@ -213,7 +213,7 @@ class MessageDelivery:
             now = self._clock.now_ms()
             if not rows.mark_failed(self._storage, message.id, reason, now):
                 return False
-            outbox.append_history(
+            history.append_history(
                 self._storage, record_id=f"{message.id}:failed", thread_id=message.from_thread,
                 submission_id=message.from_submission, kind=MESSAGE_FAILED, body_json=body,
                 now=now,

@@ -90,9 +90,14 @@ class MutationGate:
         *,
         publication_required: bool = False,
     ) -> None:
-        #: Whether some destination requires publication before dependent native work. While
-        #: it is False nothing drains the publication lane, so it is never enrolled.
+        #: Whether some destination requires publication before dependent native work: then
+        #: publication progress is native progress too.
         self.publication_required = publication_required
+        #: Whether a pass drains the publication lane (a subscriber is declared). While
+        #: neither this nor :attr:`publication_required` holds, nothing would drain the lane,
+        #: so it is never enrolled; with this alone, only a fact committed outside a pass
+        #: enrolls it.
+        self.publication_drained = False
         self._storage = storage
         self._clock = clock
         self._config = config
@@ -243,8 +248,9 @@ class MutationGate:
         native retry the pass began under: that ends the backoff, so a pass lost afterwards
         is retried after ``min_delay``, not at its crash fallback. Otherwise it only arms an
         empty slot (see :meth:`_arm`). Publication is enrolled only while
-        ``publication_required``. Raises :class:`SchedulingError` outside a transaction,
-        where the progress could commit without its fact (or the fact without its alarm).
+        ``publication_required`` or ``publication_drained``. Raises :class:`SchedulingError`
+        outside a transaction, where the progress could commit without its fact (or the fact
+        without its alarm).
         """
         if not self._storage.in_transaction():
             raise SchedulingError("record_progress() must run inside the source transaction")
@@ -252,7 +258,7 @@ class MutationGate:
         if PUBLICATION in affected:
             if self.publication_required:
                 affected.add(NATIVE)
-            else:
+            elif not self._drains_publication():
                 affected.discard(PUBLICATION)
         if not affected:
             return
@@ -453,11 +459,16 @@ class MutationGate:
 
     # -- internals -------------------------------------------------------------------------
 
+    def _drains_publication(self) -> bool:
+        # Inside a pass the pass itself delivers what its Attempts append (its last round)
+        # and then sets the lane from what is left: enrolling it per record would only write.
+        return self.publication_drained and not _native_source.get()
+
     def _lane_set(self, lanes: Iterable[str], invalidates_recovery: bool) -> frozenset[str]:
         if isinstance(lanes, str):
             raise SchedulingError("lanes must be an iterable of lane ids, not one string")
         chosen = {validate_lane_id(lane) for lane in lanes}
-        if not self.publication_required:
+        if not (self.publication_required or self._drains_publication()):
             chosen.discard(PUBLICATION)
         if invalidates_recovery:
             chosen.add(NATIVE)

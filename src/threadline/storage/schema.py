@@ -600,11 +600,53 @@ _SPACE_NAME = (
     "ALTER TABLE tl_maintenance ADD COLUMN space_name TEXT",
 )
 
+# One log: the settlement and approval records now go to tl_history with the Thread's other
+# records, so tl_outbox (written, never read) goes. Its rows are dropped, not moved. They were
+# never delivered to anyone, and they cannot join the log in their places: a Thread's seqs are
+# handed out already (clients resume SSE from them), so the rows could only be appended after
+# records newer than the facts they report. A consumer reading the log from the beginning
+# would then meet old settlements as if they had just happened, out of order. What they said
+# stays where it was also kept: the submission (outcome, result, error, settled_at) and its
+# waits. The log carries a settlement record for each submission settled from here on.
+_ONE_LOG = (
+    "DROP TABLE tl_outbox",
+)
+
+# One b-tree entry fewer per record: record_id is no longer UNIQUE (an index entry is a
+# billed row written per record). Each writer appends an id once by the guard of its own fact;
+# an emitted record is found again by its Attempt among the submission's records, which all
+# follow the submission's first claim: tl_submissions.history_from, where the Thread's log
+# ended then, set by that claim. A submission that may have been claimed before this version
+# (open, not queued: a claim never returns one to queued) reads its Thread's log from the start.
+# The rebuild keeps every row's ``pos``: subscribers' cursors point at them.
+_LEAN_HISTORY = (
+    "ALTER TABLE tl_history RENAME TO tl_history_old",
+    """CREATE TABLE tl_history (
+        pos INTEGER PRIMARY KEY,
+        thread_id TEXT NOT NULL REFERENCES tl_threads (id),
+        seq INTEGER NOT NULL CHECK (seq >= 1),
+        record_id TEXT NOT NULL,
+        submission_id TEXT,
+        kind TEXT NOT NULL,
+        body_json TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        UNIQUE (thread_id, seq)
+    )""",
+    """INSERT INTO tl_history (pos, thread_id, seq, record_id, submission_id, kind, body_json,
+        created_at)
+    SELECT pos, thread_id, seq, record_id, submission_id, kind, body_json, created_at
+    FROM tl_history_old""",
+    "DROP TABLE tl_history_old",
+    "ALTER TABLE tl_submissions ADD COLUMN history_from INTEGER"
+    " CHECK (history_from IS NULL OR history_from >= 0)",
+    "UPDATE tl_submissions SET history_from = 0 WHERE settled_at IS NULL AND state <> 'queued'",
+)
+
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
 MIGRATIONS: list[tuple[str, ...]] = [
     _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS, _LEAN_SUBMISSIONS,
     _LEAN_OUTBOX, _HELD_FOLLOWERS, _LOSSES, _SCHEDULES, _DELAYED, _LANES_KEY,
-    _JOINED_TO, _MESSAGE_ROUTING, _SUBSCRIBERS, _SPACE_NAME,
+    _JOINED_TO, _MESSAGE_ROUTING, _SUBSCRIBERS, _SPACE_NAME, _ONE_LOG, _LEAN_HISTORY,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

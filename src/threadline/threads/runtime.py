@@ -62,9 +62,10 @@ from threadline.errors import (
     ValidationFailed,
 )
 from threadline.ids import IdSource
+from threadline.records import APPROVAL_REQUESTED
 from threadline.scheduling import backoff_ms
 from threadline.storage.port import Storage
-from threadline.threads import journal, outbox, transitions, waits
+from threadline.threads import history, journal, transitions, waits
 from threadline.threads.agents import AgentBinding, AgentRegistry, binding_registry_key
 from threadline.threads.ledger import Ledger
 from threadline.threads.model import (
@@ -100,9 +101,6 @@ T = TypeVar("T")
 ATTEMPT_CLAIMED = "attempt:claimed"
 SETTLE_BEFORE = "settle:before"
 SETTLE_AFTER = "settle:after"
-
-#: The kind of the outbox record published when an agent asks for an approval.
-APPROVAL_REQUESTED_KIND = "approval.requested"
 
 
 class ThreadRuntime:
@@ -455,14 +453,15 @@ class ThreadRuntime:
         if signal.wake_at is not None:
             self.gate.schedule(NATIVE, signal.wake_at)
         if signal.kind is WaitKind.APPROVAL and opened:
-            # Published with the wait it announces: whoever reacts to it finds the wait open.
-            # Only by the transaction that opened it, so the record's id is published once.
+            # Logged with the wait it announces: whoever reacts to it finds the wait open.
+            # Only by the transaction that opened it, so the record is written once.
             body = {"submission_id": submission.id, "key": signal.wait_key,
                     "payload": decode_json(signal.payload_json)}
             # The payload was checked against the limits when the agent asked.
-            outbox.publish(self.storage, record_id=f"{submission.id}:approval:{signal.wait_key}",
-                           thread_id=submission.thread_id, kind=APPROVAL_REQUESTED_KIND,
-                           body_json=encode_json(body, max_depth=None), now=now)
+            history.append_history(
+                self.storage, record_id=f"{submission.id}:approval:{signal.wait_key}",
+                thread_id=submission.thread_id, submission_id=submission.id,
+                kind=APPROVAL_REQUESTED, body_json=encode_json(body, max_depth=None), now=now)
 
     async def _settle(
         self,
@@ -571,7 +570,6 @@ def _head_of(items: list[WorkItem]) -> WorkItem | None:
 
 
 __all__ = [
-    "APPROVAL_REQUESTED_KIND",
     "ATTEMPT_CLAIMED",
     "SETTLE_AFTER",
     "SETTLE_BEFORE",

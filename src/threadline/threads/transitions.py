@@ -9,8 +9,9 @@ run expects a revision that no longer exists. Callers run these inside a gate tr
 
 from __future__ import annotations
 
+from threadline.records import SUBMISSION_SETTLED
 from threadline.storage.port import Storage
-from threadline.threads import followups, outbox, waits
+from threadline.threads import followups, history, waits
 from threadline.threads.model import (
     AbortState,
     JsonValue,
@@ -22,9 +23,14 @@ from threadline.threads.model import (
     encode_json,
 )
 
+# The first claim also notes where the Thread's log ends (``history_from``): every record of
+# the submission follows it, so finding them reads the log from there, not from its start. In
+# the claim's own UPDATE (the row is written anyway) and only once: a later claim keeps it.
 _CLAIM = (
     "UPDATE tl_submissions SET state = 'running', attempts = attempts + 1,"
     " revision = revision + 1, lease_owner = ?, lease_expires_at = ?, not_before = NULL,"
+    " history_from = COALESCE(history_from, (SELECT COALESCE(MAX(h.seq), 0)"
+    " FROM tl_history h WHERE h.thread_id = tl_submissions.thread_id)),"
     " updated_at = ? WHERE id = ? AND state = ? AND revision = ?"
 )
 # ``dormant`` (1 exactly in the DORMANT states, by a CHECK) is set only by a move that crosses
@@ -87,9 +93,6 @@ _APPLY_ABORT = (
 )
 _READ_INTENT_STATE = "SELECT state FROM tl_abort_intents WHERE submission_id = ?"
 _READ_INTENT_REASON = "SELECT state, reason FROM tl_abort_intents WHERE submission_id = ?"
-
-#: The kind of the outbox record published when a submission settles.
-SETTLED_KIND = "submission.settled"
 
 #: Open states that wait on the outside world: out of the live index (``dormant = 1``).
 #: Queued or ready input behind a suspended head may be dormant too (:func:`hold_followers`).
@@ -214,7 +217,8 @@ def settle(
     loss_counted: bool = False,
     joined_to: str | None = None,
 ) -> bool:
-    """Settle once: the submission, its open waits, its abort intent and the settled record,
+    """Settle once: the submission, its open waits, its abort intent and its
+    ``submission.settled`` record in the Thread's log, written once by this compare-and-set;
     then the input joined into it (:mod:`threadline.threads.followups`), each with the same
     outcome, its own settlement and its own settled record (which names the head,
     ``joined_to``).
@@ -242,11 +246,12 @@ def settle(
         body["error"] = error
     if joined_to is not None:
         body["joined_to"] = joined_to
-    outbox.publish(
+    history.append_history(
         storage,
         record_id=f"{submission_id}:settled",
         thread_id=thread_id,
-        kind=SETTLED_KIND,
+        submission_id=submission_id,
+        kind=SUBMISSION_SETTLED,
         # The result inside was checked when it was encoded; the envelope adds one level.
         body_json=encode_json(body, max_depth=None),
         now=now,
@@ -313,7 +318,6 @@ def accepted_abort(storage: Storage, submission_id: str) -> dict[str, JsonValue]
 
 __all__ = [
     "DORMANT",
-    "SETTLED_KIND",
     "abort_accepted",
     "aborted_error",
     "accepted_abort",

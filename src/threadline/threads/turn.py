@@ -35,10 +35,10 @@ from threadline.storage.port import Storage
 from threadline.threads import (
     delayed,
     followups,
+    history,
     journal,
     ledger,
     messages,
-    outbox,
     transitions,
     views,
     waits,
@@ -217,6 +217,8 @@ class Turn:
         # Uncertain steps this Attempt journaled as started and not yet as finished or failed.
         self._unsettled: set[str] = set()
         self._revoked = False
+        # The ids of the submission's records in the log (see _logged), read at the first emit.
+        self._records: set[str] | None = None
 
     @property
     def input(self) -> JsonValue:
@@ -382,9 +384,9 @@ class Turn:
                 raise
 
     async def emit(self, record: JsonValue, *, kind: str = "record") -> str:
-        """Append ``record`` to the Thread's canonical history and publish it; returns its id.
+        """Append ``record`` to the Thread's log; returns its id.
 
-        History, outbox row and publication-lane enrollment commit in one transaction. On
+        The record and the publication-lane enrollment commit in one transaction. On
         replay the record is found by its id and not appended again. ``kind`` matches
         ``KIND_PATTERN`` and does not start with a reserved prefix (``submission.``,
         ``approval.``, ``threadline.``: the runtime's own records); ``record`` fits
@@ -394,21 +396,30 @@ class Turn:
         _checked(lambda: check_kind(kind))
         record_id = f"{self.submission_id}:{self._key('emit')}"
         self._next_position()
-        if outbox.history_has(self._storage, record_id):
+        if record_id in self._logged():
             return record_id
         body_json = self._encode_or_fail(record, field="record")
         await self._boundary()
 
         def write() -> None:
-            outbox.append_history(
+            history.append_history(
                 self._storage, record_id=record_id, thread_id=self.thread_id,
                 submission_id=self.submission_id, kind=kind, body_json=body_json,
                 now=self._clock.now_ms(),
             )
 
         self._write(write, lanes=(PUBLICATION,))
+        self._logged().add(record_id)
         await self._failpoints.reached(EMIT_COMMITTED)
         return record_id
+
+    def _logged(self) -> set[str]:
+        """The ids of the submission's records in the log: read once per Attempt (the log
+        keeps no index of ids), then kept up to date by this Attempt's own appends; no other
+        Attempt of the submission writes while this one holds the claim."""
+        if self._records is None:
+            self._records = history.submission_records(self._storage, self.submission_id)
+        return self._records
 
     async def send(
         self, space: str, thread: str, input: JsonValue, agent: str | None = None

@@ -15,9 +15,10 @@ from destination_support import FakeHttp, FakeQueue, Sent
 
 import threadline
 from threadline.outbound import OutboundResponse
+from threadline.records import SUBMISSION_SETTLED
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "maintenance"))
-from subscribers_support import clock, emit, maintenance_view, row, writer_app
+from subscribers_support import clock, emit, log_end, maintenance_view, row, writer_app
 
 from threadline.testing import SimulatedObject
 
@@ -80,8 +81,10 @@ async def _retry_then_deliver() -> None:
         assert signed != first.headers["threadline-signature"]
         sent_at = int(signed.split(",")[0].removeprefix("t="))
         assert threadline.verify_signature(again.body, signed, SECRET, now=sent_at) == sent_at
+        # The cursor passed the settlement record too, which its kinds keep from the hook.
         delivered = row(obj, "crm")
-        assert delivered is not None and delivered.error is None and delivered.cursor == 3
+        assert delivered is not None and delivered.error is None
+        assert delivered.cursor == log_end(obj) == 4
 
 
 def test_a_webhook_answering_503_is_retried_with_the_same_idempotency_key() -> None:
@@ -111,11 +114,14 @@ async def _queue(env: Any) -> list[list[Any]]:
         emit(obj, "t", ("note", 1), ("note", 2), ("note", 3))
         await obj.run_alarms()
         stored = row(obj, "audit")
-        assert stored is not None and stored.cursor == 3
+        assert stored is not None and stored.cursor == log_end(obj) == 4
     return env["EVENTS"].calls  # type: ignore[no-any-return]
 
 
 def test_a_queue_subscriber_sends_every_record_through_the_binding() -> None:
     calls = asyncio.run(_queue({"EVENTS": FakeQueue()}))
-    assert [[body["record"]["seq"] for body in call] for call in calls] == [[1, 2], [3]]
+    # Every record: the three emitted and the submission's settlement after them.
+    assert [[body["record"]["seq"] for body in call] for call in calls] == [[1, 2], [3, 4]]
+    kinds = [body["record"]["kind"] for call in calls for body in call]
+    assert kinds == ["note", "note", "note", SUBMISSION_SETTLED]
     assert {body["space"] for call in calls for body in call} == {"acme"}

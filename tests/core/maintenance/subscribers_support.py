@@ -65,6 +65,21 @@ def emit(obj: SimulatedObject, thread: str, *items: tuple[str, Any]) -> str:
     return obj.admit(thread, "writer", {"emit": [list(item) for item in items]}).id
 
 
+def log_end(obj: SimulatedObject, *kinds: str) -> int:
+    """Where the object's log ends (the ``pos`` of its last record, 0 when empty), or, given
+    ``kinds``, the ``pos`` of its last record of those kinds: where the cursor of a subscriber
+    to them stands once it consumed them (records it does not want, past its last batch, are
+    stepped over in memory only)."""
+    if not kinds:
+        found = obj.storage.exec("SELECT COALESCE(MAX(pos), 0) AS pos FROM tl_history").one()
+    else:
+        marks = ", ".join("?" for _ in kinds)
+        found = obj.storage.exec(
+            f"SELECT COALESCE(MAX(pos), 0) AS pos FROM tl_history WHERE kind IN ({marks})",
+            *kinds).one()
+    return int(found["pos"])
+
+
 def row(obj: SimulatedObject, name: str) -> SubscriberRow | None:
     """The subscriber's row as committed."""
     return read_rows(obj.storage).get(name)

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 
-from subscribers_support import Recorder, clock, emit, row, writer_app
+from subscribers_support import Recorder, clock, emit, log_end, row, writer_app
 
 from threadline.maintenance.publication import WAVE_BATCHES
+from threadline.records import SUBMISSION_SETTLED
 from threadline.testing import SimulatedObject
 from threadline.threads.model import SubmissionState
 
@@ -31,10 +32,13 @@ async def _backfill() -> None:
         assert len(got.batches) == WAVE_BATCHES
         assert obj.alarm_at is not None
         await obj.run_alarms()
+        # Each Thread's whole log: its emitted records, then its settlement record.
         per_thread = got.per_thread()
-        assert per_thread == {**{f"t{n}": list(range(1, 51)) for n in range(6)}, "live": [1]}
+        assert per_thread == {**{f"t{n}": list(range(1, 52)) for n in range(6)}, "live": [1, 2]}
+        last = {record.thread_id: record.kind for record in got.records}
+        assert set(last.values()) == {SUBMISSION_SETTLED} and len(last) == 7
         stored = row(obj, "late")
-        assert stored is not None and stored.cursor == 301
+        assert stored is not None and stored.cursor == log_end(obj) == 308
         assert obj.alarm_at is None
 
 
@@ -54,7 +58,10 @@ async def _start_now() -> None:
         assert got.records == []
         emit(obj, "t", ("note", "new"))
         await obj.run_alarms()
-        assert [(record.body, record.seq) for record in got.records] == [("new", 2)]
+        # The new record and the new settlement; neither the old record nor its settlement.
+        assert [(record.kind, record.seq) for record in got.records] == [
+            ("note", 3), (SUBMISSION_SETTLED, 4)]
+        assert got.records[0].body == "new"
 
 
 def test_a_subscriber_starting_now_skips_the_log_before_it() -> None:

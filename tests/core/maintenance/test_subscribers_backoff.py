@@ -6,7 +6,15 @@ from __future__ import annotations
 
 import asyncio
 
-from subscribers_support import Recorder, clock, emit, maintenance_view, row, writer_app
+from subscribers_support import (
+    Recorder,
+    clock,
+    emit,
+    log_end,
+    maintenance_view,
+    row,
+    writer_app,
+)
 
 from threadline import Record
 from threadline.testing import SimulatedObject
@@ -24,7 +32,8 @@ async def _backoff() -> None:
         return RuntimeError("destination down") if failing and failing.pop() else None
 
     got.fail = fail
-    app.subscriber("sink")(got)
+    # The emitted records: the settlement records would join every batch.
+    app.subscriber("sink", kinds={"note"})(got)
     async with SimulatedObject(app, clock=clock(), check_alarm_invariant=True) as obj:
         await obj.run_alarms()
         emit(obj, "t", ("note", 1), ("note", 2))
@@ -52,10 +61,11 @@ async def _backoff() -> None:
         # batch), and the batch is delivered whole, in order.
         assert len(calls) == 3 and len(calls[0][1]) == 2
         assert calls[0][1] == calls[1][1][:2] == calls[2][1][:2]
-        assert got.per_thread() == {"t": [1, 2, 3]}
+        assert got.per_thread() == {"t": [1, 2, 4]}
         done = row(obj, "sink")
         assert done is not None and done.failures == 0 and done.retry_at is None
-        assert done.error is None and done.cursor == 3
+        # The delivered batch was read to the log's end, past the last settlement record.
+        assert done.error is None and done.cursor == log_end(obj) == 5
         assert obj.alarm_at is None
 
 

@@ -11,9 +11,7 @@ from subscribers_support import Recorder, clock, emit, writer_app
 
 from threadline import Application, Record, SchedulingError
 from threadline.records import SUBMISSION_SETTLED
-from threadline.scheduling import PUBLICATION
 from threadline.testing import SimulatedObject
-from threadline.threads import outbox
 
 
 def test_a_bad_declaration_fails_when_the_decorator_runs() -> None:
@@ -50,21 +48,19 @@ async def _settled_only() -> None:
     got = Recorder()
     app.on_settled(name="settled")(got)
     async with SimulatedObject(app, clock=clock(), check_alarm_invariant=True) as obj:
-        sub = emit(obj, "t", ("note", 1))
+        first = emit(obj, "t", ("note", 1))
         await obj.run_alarms()
-
-        # A settlement record, as the runtime appends it to the Thread's log.
-        def settle_record() -> None:
-            outbox.append_history(
-                obj.storage, record_id=f"{sub}:settled", thread_id="t", submission_id=sub,
-                kind=SUBMISSION_SETTLED, body_json='{"outcome": "completed"}',
-                now=obj.clock.now_ms())
-            obj.space.scheduler.gate.schedule(PUBLICATION, obj.clock.now_ms())
-
-        obj.storage.transaction(settle_record)
+        second = emit(obj, "t", ("note", 2), ("note", 3))
         await obj.run_alarms()
-        assert [(r.kind, r.seq, r.body) for r in got.records] == [
-            (SUBMISSION_SETTLED, 2, {"outcome": "completed"})]
+        # The settlement records the runtime appended, each after its submission's records;
+        # none of the emitted records.
+        assert [(r.kind, r.seq, r.submission_id, r.body) for r in got.records] == [
+            (SUBMISSION_SETTLED, 2, first,
+             {"submission_id": first, "outcome": "completed", "result": {"emitted": 1}}),
+            (SUBMISSION_SETTLED, 5, second,
+             {"submission_id": second, "outcome": "completed", "result": {"emitted": 2}}),
+        ]
+        assert [r.record_id for r in got.records] == [f"{first}:settled", f"{second}:settled"]
 
 
 def test_on_settled_gets_settlement_records_alone() -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from subscribers_support import Recorder, clock, emit, row, writer_app
+from subscribers_support import Recorder, clock, emit, log_end, row, writer_app
 
+from threadline.records import SUBMISSION_SETTLED
 from threadline.testing import SimulatedObject
 
 
@@ -19,11 +20,14 @@ async def _ordered() -> None:
             for thread in ("a", "b", "c"):
                 emit(obj, thread, *[("note", {"n": round_, "i": i}) for i in range(2)])
         await obj.run_alarms()
-        assert got.per_thread() == {thread: [1, 2, 3, 4, 5, 6] for thread in ("a", "b", "c")}
+        # Each submission's two records, then its settlement record.
+        assert got.per_thread() == {thread: list(range(1, 10)) for thread in ("a", "b", "c")}
+        assert {r.seq for r in got.records if r.kind == SUBMISSION_SETTLED} == {3, 6, 9}
         assert all(len(batch) <= 3 for batch in got.batches)
-        assert len({record.record_id for record in got.records}) == 18
+        assert len({record.record_id for record in got.records}) == 27
         stored = row(obj, "all")
-        assert stored is not None and stored.cursor == 18 and stored.failures == 0
+        assert stored is not None and stored.cursor == log_end(obj) == 27
+        assert stored.failures == 0
         assert obj.alarm_at is None
 
 

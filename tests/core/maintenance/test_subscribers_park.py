@@ -8,7 +8,7 @@ import asyncio
 import logging
 
 import pytest
-from subscribers_support import clock, emit, maintenance_view, row, writer_app
+from subscribers_support import clock, emit, log_end, maintenance_view, row, writer_app
 
 from threadline import Application, DeliveryRefused, Record
 from threadline.testing import SimulatedObject
@@ -47,7 +47,8 @@ async def _park(caplog: pytest.LogCaptureFixture) -> None:
         view = {item["name"]: item for item in (await maintenance_view(obj))["subscribers"]}
         assert view["crm"]["state"] == "parked"
         assert view["crm"]["detail"] == "HTTP 400: unknown field"
-        assert view["crm"]["cursor"] == 0 and view["crm"]["log_end"] == 1
+        # The log ends at the submission's settlement record, after its emitted record.
+        assert view["crm"]["cursor"] == 0 and view["crm"]["log_end"] == log_end(obj) == 2
         # Parked: more records reach nobody, the alarm is not kept for it, nothing is logged
         # again (not even by a new incarnation).
         emit(obj, "t", ("note", 2))
@@ -59,9 +60,10 @@ async def _park(caplog: pytest.LogCaptureFixture) -> None:
         # A deploy that bumps the version delivers the log again, from its beginning.
         await obj.redeploy(_app(2, calls, refuse=False))
         await obj.run_alarms()
-        assert [record.seq for record in calls[-1]] == [1, 2]
+        # Both submissions' records and settlement records.
+        assert [record.seq for record in calls[-1]] == [1, 2, 3, 4]
         again = row(obj, "crm")
-        assert again is not None and not again.parked and again.cursor == 2
+        assert again is not None and not again.parked and again.cursor == log_end(obj) == 4
         assert again.detail is None and again.version == 2
 
 

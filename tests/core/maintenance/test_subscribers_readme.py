@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from subscribers_support import clock, row
+from subscribers_support import clock, log_end, row
 
 from threadline.testing import SimulatedObject
 from threadline.threads.model import SubmissionState
@@ -37,8 +37,11 @@ async def _run(namespace: dict[str, Any]) -> None:
         assert {obj.submission(s.id).state for s in (first, second)} == {
             SubmissionState.SETTLED}
         assert namespace["synced"] == [f"{first.id}:emit", f"{second.id}:emit"]
+        # audit takes every kind: it consumed both settlement records as well.
         audit = row(obj, "audit")
-        assert audit is not None and audit.cursor == 2 and not audit.parked
+        assert audit is not None and audit.cursor == log_end(obj) == 4 and not audit.parked
+        assert [r["kind"] for r in obj.storage.exec("SELECT kind FROM tl_history")].count(
+            "submission.settled") == 2
         # A record the audit destination refuses parks it; t3's next submission waits.
         obj.admit("t3", "support", None)
         held = obj.admit("t3", "support", "c@example.com")

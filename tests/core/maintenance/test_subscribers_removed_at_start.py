@@ -30,11 +30,12 @@ async def _removed(caplog: pytest.LogCaptureFixture) -> None:
                                check_alarm_invariant=True) as obj:
         emit(obj, "t", ("note", 1))
         await obj.run_alarms()
-        assert len(gone.records) == 2  # shared by both subscribers here
+        # The record and its submission's settlement, to each of the two (one Recorder here).
+        assert len(gone.records) == 4
         await obj.redeploy(_app("keep"))
         assert _dropped(caplog) == [
             "threadline: subscriber 'gone' is not declared in this deployment; its cursor "
-            "(at 1, 1 batches delivered) is dropped"]
+            "(at 2, 1 batches delivered) is dropped"]
         assert row(obj, "gone") is None and row(obj, "keep") is not None
         emit(obj, "t", ("note", 2))
         await obj.run_alarms()

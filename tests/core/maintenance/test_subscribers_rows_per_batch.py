@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 from itertools import pairwise
 
-from subscribers_support import Recorder, clock, emit, writer_app
+from subscribers_support import Recorder, clock, emit, log_end, writer_app
 
 from threadline import Record
+from threadline.records import SUBMISSION_SETTLED
 from threadline.testing import SimulatedObject
 
 
@@ -31,13 +32,15 @@ async def _rows_per_batch() -> None:
         before = obj.storage.meter.reading().rows_written
         await obj.run_alarms()
         after = obj.storage.meter.reading().rows_written
-        assert len(written_at_call) == 6 and max(spans) >= 2
+        # 72 records: each Thread's five and its submission's settlement record.
+        assert log_end(obj) == 72
+        assert len(written_at_call) == 8 and max(spans) >= 2
         # Between two calls of one wave: the previous batch's cursor row, nothing else.
-        assert [b - a for a, b in pairwise(written_at_call)] == [1] * 5
+        assert [b - a for a, b in pairwise(written_at_call)] == [1] * 7
         publication = obj.space.publication
-        assert publication.batches == {"sink": 6} and publication.cursor_writes == {"sink": 6}
-        # The whole delivery: six cursor rows, and the publication lane made idle once.
-        assert after - before <= 6 + 2
+        assert publication.batches == {"sink": 8} and publication.cursor_writes == {"sink": 8}
+        # The whole delivery: eight cursor rows, and the publication lane made idle once.
+        assert after - before <= 8 + 2
 
 
 def test_a_delivered_batch_writes_one_row() -> None:
@@ -54,7 +57,9 @@ async def _per_record_subscriber_free() -> None:
         await obj.run_alarms()
         emit(obj, "t", *[("note", i) for i in range(20)])
         await obj.run_alarms()
-        assert len(got.batches) == 1 and len(got.records) == 20
+        # The twenty records and the submission's settlement record.
+        assert len(got.batches) == 1 and len(got.records) == 21
+        assert got.records[-1].kind == SUBMISSION_SETTLED
         assert obj.space.publication.cursor_writes == {"sink": 1}
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from threadline import Application, RuntimeConfig, Turn
 from threadline.storage.port import Storage
 from threadline.testing import SimulatedDeployment, SimulatedObject
-from threadline.threads import outbox
+from threadline.threads.history import read_history
 from threadline.threads.messages import Message, of_submission
 
 START = 1_700_000_000_000
@@ -56,7 +56,7 @@ def sent(obj: SimulatedObject, submission_id: str) -> list[Message]:
 
 def history(storage: Storage, thread: str) -> list[dict[str, Any]]:
     """The Thread's log, oldest first."""
-    return outbox.read_history(storage, thread, limit=1_000)
+    return read_history(storage, thread, limit=1_000)
 
 
 def deployment(*, seed: int = 0) -> SimulatedDeployment:

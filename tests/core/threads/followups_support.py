@@ -20,7 +20,7 @@ from threadline.testing import ThreadHarness
 from threadline.threads.model import Submission
 from threadline.threads.turn import Turn
 
-_SETTLED_BODY = "SELECT body_json FROM tl_outbox WHERE record_id = ?"
+_SETTLED_BODY = "SELECT body_json FROM tl_history WHERE record_id = ?"
 
 
 class Chat:

@@ -32,8 +32,8 @@ def test_another_agents_input_stops_the_join_and_keeps_fifo(
     assert done[1].result == {"input": "after the ping", "followups": []}
     # FIFO: the ping settled before the later chat input ran.
     assert done[0].settled_at is not None and done[1].settled_at is not None
-    order = storage.exec("SELECT record_id FROM tl_outbox WHERE kind = 'submission.settled'"
-                         " ORDER BY seq").rows
+    order = storage.exec("SELECT record_id FROM tl_history WHERE kind = 'submission.settled'"
+                         " ORDER BY pos").rows
     assert [row["record_id"] for row in order] == [
         f"{head.id}:settled", f"{more}:settled", f"{ping}:settled", f"{after}:settled"]
 

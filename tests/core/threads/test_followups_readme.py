@@ -58,10 +58,17 @@ async def _run(namespace: dict[str, Any], crash: str | None) -> None:
         follow = obj.submission(added[0])
         assert (follow.state, follow.outcome, follow.result, follow.joined_to) == (
             SubmissionState.SETTLED, Outcome.COMPLETED, result, first.id)
-        # One answer in the history, and the added message got no answer of its own.
-        texts = [row["body_json"] for row in obj.storage.exec(
-            "SELECT body_json FROM tl_history ORDER BY seq")]
-        assert [json.loads(text) for text in texts] == [{"role": "assistant", "text": reply}]
+        # One answer in the history, and the added message got no answer of its own: after
+        # the answer, one settlement record each, the added message's naming its head.
+        logged = [(row["kind"], json.loads(row["body_json"])) for row in obj.storage.exec(
+            "SELECT kind, body_json FROM tl_history WHERE thread_id = 'chat-1' ORDER BY seq")]
+        assert logged[0] == ("record", {"role": "assistant", "text": reply})
+        assert sorted(logged[1:], key=lambda item: item[1]["submission_id"] != first.id) == [
+            ("submission.settled",
+             {"submission_id": first.id, "outcome": "completed", "result": result}),
+            ("submission.settled", {"submission_id": added[0], "outcome": "completed",
+                                    "result": result, "joined_to": first.id}),
+        ]
         # The model saw the first message alone, then both; never the second alone.
         assert calls[0] == ["what is a durable object?"]
         assert calls[-1] == ["what is a durable object?", "in French please"]

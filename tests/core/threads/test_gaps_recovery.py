@@ -20,7 +20,7 @@ from threadline.config import RuntimeConfig
 from threadline.errors import Evicted
 from threadline.scheduling import PUBLICATION
 from threadline.testing import Effects, SettlementLog, ThreadHarness
-from threadline.threads import outbox, transitions, waits
+from threadline.threads import history, transitions, waits
 from threadline.threads.model import LossCause, Outcome, SubmissionState, WaitKind
 from threadline.threads.recovery import (
     Disposition,
@@ -249,7 +249,8 @@ def test_history_reads_page_after_a_sequence(make_harness: MakeHarness) -> None:
     h.admit("t", None, agent="chat")
     h.admit("other", None, agent="chat")
     asyncio.run(h.drive())
-    page = outbox.read_history(h.storage, "t")
-    assert [(row["seq"], json.loads(str(row["body_json"]))) for row in page] == [
+    page = history.read_history(h.storage, "t")
+    assert [(row["seq"], json.loads(str(row["body_json"]))) for row in page[:3]] == [
         (1, {"n": 0}), (2, {"n": 1}), (3, {"n": 2})]
-    assert [row["seq"] for row in outbox.read_history(h.storage, "t", after=1, limit=1)] == [2]
+    assert [(row["seq"], row["kind"]) for row in page[3:]] == [(4, "submission.settled")]
+    assert [row["seq"] for row in history.read_history(h.storage, "t", after=1, limit=1)] == [2]

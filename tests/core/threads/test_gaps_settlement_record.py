@@ -1,6 +1,6 @@
 """What one settlement writes besides the submission row, pinned exactly.
 
-The published ``submission.settled`` record is what consumers of the outbox read; its body
+The ``submission.settled`` record is what consumers of the Thread's log read; its body
 names the submission, the outcome and the result or the error, nothing else. Settling also
 cancels the submission's open waits and applies its accepted abort at the settlement time, and
 a column with nothing to say stays NULL.
@@ -18,6 +18,7 @@ import pytest
 from threadline.app import Application
 from threadline.config import RuntimeConfig
 from threadline.errors import NonRetryable
+from threadline.records import SUBMISSION_SETTLED
 from threadline.testing import SettlementLog, ThreadHarness
 from threadline.threads import transitions
 from threadline.threads.model import Outcome, SubmissionState
@@ -45,9 +46,10 @@ def build(config: RuntimeConfig) -> Application:
 
 
 def _record(h: ThreadHarness, submission_id: str) -> dict[str, Any]:
-    row = h.storage.exec("SELECT kind, thread_id, body_json FROM tl_outbox WHERE record_id = ?",
-                         f"{submission_id}:settled").one()
-    assert (row["kind"], row["thread_id"]) == (transitions.SETTLED_KIND, "t")
+    row = h.storage.exec("SELECT kind, thread_id, submission_id, body_json FROM tl_history"
+                         " WHERE record_id = ?", f"{submission_id}:settled").one()
+    assert (row["kind"], row["thread_id"], row["submission_id"]) == (
+        SUBMISSION_SETTLED, "t", submission_id)
     body: dict[str, Any] = json.loads(row["body_json"])
     return body
 

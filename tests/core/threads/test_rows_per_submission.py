@@ -17,7 +17,7 @@ from threadline.errors import Evicted, StorageError
 from threadline.storage import SqliteStorage
 from threadline.storage.port import Rows
 from threadline.testing import ThreadHarness
-from threadline.threads import ledger, outbox, transitions, views
+from threadline.threads import history, ledger, transitions, views
 from threadline.threads.model import Outcome, SubmissionState
 from threadline.threads.turn import Turn
 
@@ -171,10 +171,6 @@ def test_a_move_rewrites_the_open_work_index_only_when_it_crosses_dormant(
     assert statements[1:] == released
 
 
-def test_an_outbox_row_is_one_b_tree_entry(storage: SqliteStorage) -> None:
-    assert btrees_written(storage, outbox._INSERT_OUTBOX) == ["tl_outbox"]
-
-
 def test_only_a_threads_first_admission_writes_its_row(
     storage: SqliteStorage, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -209,13 +205,13 @@ def test_only_a_threads_first_admission_writes_its_row(
 
 
 def _append(storage: SqliteStorage, thread_id: str, n: int, now: int) -> int:
-    return outbox.append_history(
+    return history.append_history(
         storage, record_id=f"{thread_id}:r{n}", thread_id=thread_id, submission_id=None,
         kind="record", body_json="{}", now=now,
     )
 
 
-def test_appending_a_record_writes_the_record_and_its_outbox_row_only(
+def test_appending_a_record_writes_the_record_only(
     storage: SqliteStorage,
 ) -> None:
     storage.exec(_THREAD, "a", 10, 10)
@@ -224,7 +220,7 @@ def test_appending_a_record_writes_the_record_and_its_outbox_row_only(
     assert _append(storage, "a", 1, 20) == 1
     cost = storage.meter.reading() - before
     # No counter row of the Thread is rewritten: the next seq is read from the history's key.
-    assert cost.rows_written == 2
+    assert cost.rows_written == 1
     assert [_append(storage, "a", 2, 30), _append(storage, "b", 1, 40),
             _append(storage, "a", 3, 50)] == [2, 1, 3]
     a, b = views.thread(storage, "a"), views.thread(storage, "b")
@@ -283,3 +279,61 @@ def test_a_lost_claim_is_counted_in_the_one_update_that_readies_it(
     assert (done.outcome, done.losses, done.loss_streak) == (Outcome.COMPLETED, 1, 0)
     # Five rows, as many as before the settlement restarted the streak.
     assert (storage.meter.reading() - before).rows_written == 5
+
+
+def test_a_log_record_is_its_row_and_its_thread_seq_entry(storage: SqliteStorage) -> None:
+    # Its row in the table (keyed by ``pos``, the rowid subscribers' cursors point at) and its
+    # entry in UNIQUE (thread_id, seq), which keeps a Thread's seqs unique and serves reads
+    # by Thread; no index of record ids (workerd bills each entry as a row).
+    assert set(btrees_written(storage, history._INSERT_HISTORY)) == {
+        "tl_history", "sqlite_autoindex_tl_history_1"}
+
+
+def test_a_replayed_emit_finds_its_record_reading_only_the_log_since_the_first_claim(
+    storage: SqliteStorage, clock: ManualClock
+) -> None:
+    app = Application()
+
+    @app.agent("talk")
+    async def talk(turn: Turn) -> object:
+        await turn.emit({"said": turn.input})
+        if turn.attempt == 1:
+            raise RuntimeError("again")
+        await turn.emit({"done": True})
+        return None
+
+    harness = ThreadHarness(storage, clock, lambda: app)
+    # A long log before it: what the replay must not read.
+    storage.exec(_THREAD, "t", 0, 0)
+    for n in range(1, 201):
+        history.append_history(storage, record_id=f"old:{n}", thread_id="t",
+                               submission_id="old", kind="record", body_json="{}", now=0)
+    sub = harness.admit("t", 1, agent="talk")
+    asyncio.run(harness.runtime.process_thread_head("t"))
+    # Between its Attempts another submission of the Thread settles (aborted while queued):
+    # a record of the Thread, not of this submission, after its first claim.
+    other = harness.admit("t", 2, agent="talk")
+    harness.ledger.request_abort(other.id, "no")
+    reads: list[int] = []
+    run = storage.exec
+
+    def spy(sql: str, *params: object) -> Rows:
+        rows = run(sql, *params)  # type: ignore[arg-type]
+        if sql == history._SUBMISSION_RECORDS:
+            reads.append(rows.rows_read)
+        return rows
+
+    storage.exec = spy  # type: ignore[method-assign]
+    clock.set(harness.get(sub.id).not_before or clock.now_ms())
+    asyncio.run(harness.runtime.process_thread_head("t"))
+    del storage.exec
+    assert harness.get(sub.id).outcome is Outcome.COMPLETED
+    logged = storage.exec("SELECT seq, record_id, kind FROM tl_history WHERE seq > 200"
+                          " ORDER BY seq").rows
+    assert [(row["record_id"], row["kind"]) for row in logged] == [
+        (f"{sub.id}:emit", "record"), (f"{other.id}:settled", "submission.settled"),
+        (f"{sub.id}:emit#2", "record"), (f"{sub.id}:settled", "submission.settled")]
+    # One read for the second Attempt: its own record, not the 200 before its first claim.
+    assert reads == [1]
+    assert storage.exec("SELECT history_from FROM tl_submissions WHERE id = ?",
+                        sub.id).scalar() == 200

@@ -60,7 +60,7 @@ def test_one_step_submission_completes_and_publishes_once(
     # Measured for the closing note: rows written from admission to settlement.
     print(f"one-step submission: rows_written={cost.rows_written} "
           f"alarm_writes={cost.alarm_writes} statements={cost.statements}")
-    # 6 ledger rows (thread, submission, claim, journal, settlement, outbox) plus the gate's
+    # 6 ledger rows (thread, submission, claim, journal, settlement, its record) plus the gate's
     # lane enrollments and generation bumps; a regression guard, not an exact figure.
     assert cost.alarm_writes == 1
     assert cost.rows_written <= 14
@@ -216,7 +216,7 @@ def test_approval_round_trip(make_harness: MakeHarness, effects: Effects) -> Non
     # Waiting is not failing: the suspension gives its attempt back to the retry budget.
     assert waiting.state is SubmissionState.SUSPENDED and waiting.attempts == 0
     request = h.storage.exec(
-        "SELECT kind, body_json FROM tl_outbox WHERE kind = 'approval.requested'").one()
+        "SELECT kind, body_json FROM tl_history WHERE kind = 'approval.requested'").one()
     assert '"amount":40' in request["body_json"]
     # FIFO: the follower waits behind the suspended head; nothing runs, nothing is claimed.
     assert run(h.runtime.process_thread_head("a")) is None
@@ -452,11 +452,10 @@ def test_emit_and_send_write_once(make_harness: MakeHarness) -> None:
     run(h.runtime.process_thread_head("a"))
     h.clock.set(h.get(sub.id).not_before)
     assert run(h.runtime.process_thread_head("a")).result == "ok"
-    history = h.storage.exec("SELECT seq, record_id, body_json FROM tl_history ORDER BY seq").rows
-    assert [row["seq"] for row in history] == [1, 2]
+    history = h.storage.exec("SELECT seq, record_id, kind FROM tl_history ORDER BY seq").rows
+    assert [row["seq"] for row in history] == [1, 2, 3]
     assert history[0]["record_id"] == f"{sub.id}:emit"
-    outbox = h.storage.exec("SELECT kind FROM tl_outbox ORDER BY seq").rows
-    assert [row["kind"] for row in outbox] == ["record", "record", "submission.settled"]
+    assert [row["kind"] for row in history] == ["record", "record", "submission.settled"]
     messages = h.storage.exec("SELECT to_space, to_thread, state FROM tl_messages").rows
     assert messages == [{"to_space": "other-space", "to_thread": "t9", "state": "pending"}]
 

@@ -942,7 +942,10 @@ class StorageProbe(DurableObject):
             "rows_written": spent.rows_written,
             "statements": spent.statements,
             "submissions": self.count("tl_submissions"),
-            "outbox": self.count("tl_outbox"),
+            # The one-log migration drops the outbox: None once it is gone.
+            "outbox": self.count("tl_outbox") if self.storage.exec(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'tl_outbox'"
+            ).first() else None,
         }
 
     async def op_delete_submission(self, submission_id: str) -> dict[str, Any]:

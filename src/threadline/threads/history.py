@@ -1,0 +1,92 @@
+"""A Thread's log (``tl_history``): the one ordered record of what happened in it.
+
+It holds what agents emit and, under the reserved kinds of :mod:`threadline.records`, the
+runtime's own facts: a settlement (``submission.settled``), an approval request
+(``approval.requested``), a message refused for good (``message.failed``). Each record is
+appended in the transaction of the fact it reports, so a consumer that has read a Thread up to
+some seq has missed nothing before it: the SSE stream resumes from a seq, subscribers keep one
+cursor per Thread.
+
+Record ids are derived from the submission and the record's place in it (``<submission>:settled``,
+``<submission>:approval:<key>``, ``<submission>:<step key>``), never from a clock or a counter of
+this incarnation, so a replayed Attempt finds its record already written instead of appending a
+duplicate, and a consumer can deduplicate deliveries by id. The log does not enforce them
+unique (an index would cost a billed row per record): each writer appends its id once by the
+guard of its own fact, a settlement by its compare-and-set, an approval request by its wait's
+uniqueness, an emitted record by its Attempt finding the submission's records already written
+(:func:`submission_records`).
+"""
+
+from __future__ import annotations
+
+from threadline.storage.port import Storage
+
+# One seek at the end of the Thread's primary-key range: a read instead of a counter row to
+# rewrite per record. The read and the insert after it run in one synchronous transaction of
+# the object, so no other append can take the same seq in between (and the primary key would
+# refuse it if one did).
+_NEXT_HISTORY_SEQ = (
+    "SELECT COALESCE(MAX(seq), 0) + 1 AS seq FROM tl_history WHERE thread_id = ?"
+)
+_LAST_HISTORY_SEQ = "SELECT COALESCE(MAX(seq), 0) AS seq FROM tl_history WHERE thread_id = ?"
+_INSERT_HISTORY = (
+    "INSERT INTO tl_history (thread_id, seq, record_id, submission_id, kind, body_json,"
+    " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+_READ_HISTORY = (
+    "SELECT seq, record_id, submission_id, kind, body_json, created_at FROM tl_history"
+    " WHERE thread_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+)
+# A submission's records all follow its first claim (``history_from``, the Thread's last seq
+# then): nothing appends one for it before. So this reads the Thread's range since that claim,
+# not its whole log. NULL (never claimed) reads nothing: such a submission has no record.
+_SUBMISSION_RECORDS = (
+    "SELECT h.record_id FROM tl_submissions s JOIN tl_history h"
+    " ON h.thread_id = s.thread_id AND h.seq > s.history_from AND h.submission_id = s.id"
+    " WHERE s.id = ?"
+)
+
+
+def append_history(
+    storage: Storage,
+    *,
+    record_id: str,
+    thread_id: str,
+    submission_id: str | None,
+    kind: str,
+    body_json: str,
+    now: int,
+) -> int:
+    """Append a record to the Thread's log; returns its seq.
+
+    Run it in the transaction of the fact the record reports, under that fact's guard: the
+    log does not refuse a second record with the same id.
+    """
+    seq = int(storage.exec(_NEXT_HISTORY_SEQ, thread_id).one()["seq"])
+    storage.exec(_INSERT_HISTORY, thread_id, seq, record_id, submission_id, kind, body_json, now)
+    return seq
+
+
+def submission_records(storage: Storage, submission_id: str) -> set[str]:
+    """The ids of the records the log holds for a claimed submission (empty if none).
+
+    Reads the Thread's records since the submission's first claim only (see
+    ``tl_submissions.history_from``).
+    """
+    return {str(row["record_id"])
+            for row in storage.exec(_SUBMISSION_RECORDS, submission_id).rows}
+
+
+def last_history_seq(storage: Storage, thread_id: str) -> int:
+    """The seq of the Thread's newest record; 0 when it has none (or was never written)."""
+    return int(storage.exec(_LAST_HISTORY_SEQ, thread_id).one()["seq"])
+
+
+def read_history(
+    storage: Storage, thread_id: str, *, after: int = 0, limit: int = 100
+) -> list[dict[str, object]]:
+    """A page of the Thread's records after ``after``, oldest first."""
+    return storage.exec(_READ_HISTORY, thread_id, after, limit).rows
+
+
+__all__ = ["append_history", "last_history_seq", "read_history", "submission_records"]
