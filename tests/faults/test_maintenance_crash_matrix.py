@@ -1012,8 +1012,13 @@ def message_admissions(run: Run, scenario: Scenario, settlements: Counter[str]) 
     across: list[str] = []
     for sub_id, item in zip(run.ids, scenario.items, strict=False):
         sub = obj.find(sub_id)
-        if (item.agent != "messenger" or isinstance(sub, ScheduledSubmission)
-                or sub.outcome is not Outcome.COMPLETED):
+        if item.agent != "messenger" or isinstance(sub, ScheduledSubmission):
+            continue
+        if sub.outcome is not Outcome.COMPLETED:
+            # A sender held by a parked required subscriber (the refused variant) may have sent
+            # before the loss that made it wait: what it sent still counts at the peer.
+            across += [str(m.admitted_as) for m in message_rows.of_submission(obj.storage, sub_id)
+                       if m.to_space == PEER and m.state == "delivered"]
             continue
         _, here, there, refused, _ = sub.result
         by_id = {m.id: m for m in message_rows.of_submission(obj.storage, sub_id)}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from subscribers_support import Recorder, clock, emit, row, writer_app
+from subscribers_support import Recorder, clock, emit, log_end, row, writer_app
 
 from threadline.testing import SimulatedObject
 
@@ -20,7 +20,7 @@ async def _lost_after_the_checkpoint() -> tuple[Recorder, set[str]]:
     # Unavailable at first: the records the pass appends are behind at its checkpoint.
     failures = [RuntimeError("sink unavailable")]
     got.fail = lambda batch: failures.pop() if failures else None
-    app.subscriber("sink")(got)
+    app.subscriber("sink", kinds={"note"})(got)
     async with SimulatedObject(app, clock=clock(), check_alarm_invariant=True) as obj:
         emit(obj, "a", ("note", 1), ("note", 2))
         obj.crash_at(CHECKPOINTED)
@@ -28,9 +28,9 @@ async def _lost_after_the_checkpoint() -> tuple[Recorder, set[str]]:
         assert obj.evictions == 1 and obj.crashes[0].fired
         assert obj.alarm_at is None
         stored = row(obj, "sink")
-        assert stored is not None and stored.cursor == 2
+        assert stored is not None and stored.cursor == log_end(obj, "note") == 2
         logged = {str(r["record_id"]) for r in obj.storage.exec(
-            "SELECT record_id FROM tl_history")}
+            "SELECT record_id FROM tl_history WHERE kind = 'note'")}
         return got, logged
 
 
