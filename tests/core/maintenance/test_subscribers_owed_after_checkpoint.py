@@ -28,7 +28,8 @@ async def _lost_after_the_checkpoint() -> tuple[Recorder, set[str]]:
         assert obj.evictions == 1 and obj.crashes[0].fired
         assert obj.alarm_at is None
         stored = row(obj, "sink")
-        assert stored is not None and stored.cursor == log_end(obj, "note") == 2
+        # Past both notes; it may have stepped over the settlement record behind them too.
+        assert stored is not None and log_end(obj, "note") <= stored.cursor <= log_end(obj)
         logged = {str(r["record_id"]) for r in obj.storage.exec(
             "SELECT record_id FROM tl_history WHERE kind = 'note'")}
         return got, logged
