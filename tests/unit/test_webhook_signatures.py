@@ -131,3 +131,23 @@ def test_an_empty_secret_or_negative_tolerance_is_a_programming_error() -> None:
 def test_verify_signature_and_its_error_are_exported() -> None:
     assert threadline.verify_signature is verify_signature
     assert issubclass(threadline.SignatureInvalid, threadline.ThreadlineError)
+
+
+def test_a_zero_tolerance_accepts_the_signed_second_only() -> None:
+    header = signature_header(BODY, [SECRET], T)
+    assert verify_signature(BODY, header, SECRET, tolerance=0, now=T) == T
+    with pytest.raises(SignatureInvalid):
+        verify_signature(BODY, header, SECRET, tolerance=0, now=T + 1)
+
+
+@pytest.mark.parametrize("tolerance", [True, False, "300", None])
+def test_a_tolerance_that_is_not_a_number_is_a_programming_error(tolerance: object) -> None:
+    header = signature_header(BODY, [SECRET], T)
+    with pytest.raises(ValueError, match="tolerance"):
+        verify_signature(BODY, header, SECRET, tolerance=tolerance, now=T)  # type: ignore[arg-type]
+
+
+def test_a_time_entry_holding_a_second_equals_sign_is_malformed() -> None:
+    header = signature_header(BODY, [SECRET], T)
+    with pytest.raises(SignatureInvalid):
+        verify_signature(BODY, f"t={T}=,{header}", SECRET, now=T)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from datetime import timedelta
 from types import SimpleNamespace
@@ -231,3 +232,85 @@ def test_bad_subscriber_options_are_refused_at_declaration() -> None:
         _spec(dispatch_timeout=timedelta(minutes=10))
     with pytest.raises(SchedulingError):
         _spec(kinds=[])
+
+
+def test_the_request_says_it_comes_from_threadline() -> None:
+    http = FakeHttp()
+    _deliver(_spec(), records(1), http)
+    assert http.sent[0].headers["user-agent"] == "threadline-webhook"
+
+
+def test_non_ascii_text_is_sent_as_utf8_not_escaped() -> None:
+    http = FakeHttp()
+    _deliver(_spec(), records(1, body={"text": "héllo ✓"}), http)
+    assert "héllo ✓".encode() in http.sent[0].body
+    assert b"\\u" not in http.sent[0].body
+
+
+def test_the_idempotency_key_is_a_sha256_of_subscriber_version_and_record_ids() -> None:
+    # Receivers keep keys across our deploys: the derivation must not drift between releases.
+    http = FakeHttp()
+    batch = records(2)
+    _deliver(_spec(version=3), batch, http)
+    expected = hashlib.sha256(
+        b"threadline-webhook\x00crm\x003\x00"
+        + b"".join(record.record_id.encode() + b"\n" for record in batch)).hexdigest()
+    assert _key(http.sent[0]) == expected
+
+
+def test_a_300_parks_rather_than_delivers() -> None:
+    with pytest.raises(DeliveryRefused) as caught:
+        _deliver(_spec(), records(1), FakeHttp(OutboundResponse(300)))
+    assert caught.value.detail == "HTTP 300"
+
+
+def test_a_status_of_600_or_more_parks_rather_than_retries() -> None:
+    with pytest.raises(DeliveryRefused) as caught:
+        _deliver(_spec(), records(1), FakeHttp(OutboundResponse(600, body=b"odd")))
+    assert caught.value.detail == "HTTP 600: odd"
+
+
+def test_an_answer_cut_inside_a_character_or_not_utf8_still_parks_with_a_detail() -> None:
+    for body in (b"a" + "é".encode() * DETAIL_BODY_BYTES, b"\xff\xfe not utf-8"):
+        with pytest.raises(DeliveryRefused) as caught:
+            _deliver(_spec(), records(1), FakeHttp(OutboundResponse(400, body=body)))
+        detail = caught.value.detail
+        assert detail is not None and detail.startswith("HTTP 400: ")
+        assert "\ufffd" in detail
+
+
+def test_a_missing_secret_is_named_in_the_parked_detail() -> None:
+    with pytest.raises(DeliveryRefused) as caught:
+        _deliver(_spec(), records(1), FakeHttp(), env={})
+    assert caught.value.detail == "missing secret CRM_SECRET"
+    assert "Worker's environment" in str(caught.value)
+
+
+def test_an_empty_or_non_text_rotated_secret_is_not_used_to_sign() -> None:
+    spec = _spec(secret_env=["NEW_SECRET", "OLD_SECRET", "OLDER_SECRET"])
+    http = FakeHttp()
+    _deliver(spec, records(1), http, env={"NEW_SECRET": "new", "OLD_SECRET": "",
+                                          "OLDER_SECRET": 7})
+    assert http.sent[0].headers["threadline-signature"].count("v1=") == 1
+
+
+def test_errors_name_the_webhook() -> None:
+    with pytest.raises(WebhookUnavailable, match="webhook 'crm'"):
+        _deliver(_spec(), records(1), FakeHttp(OutboundResponse(503)))
+
+
+def test_a_url_with_a_user_but_no_password_is_refused_at_declaration() -> None:
+    with pytest.raises(SchedulingError, match="url"):
+        _spec(url="https://user@example.com/hook")
+
+
+@pytest.mark.parametrize("kinds", [[""], [3], ["submission.settled", None]])
+def test_kinds_holding_an_empty_or_non_text_kind_are_refused_at_declaration(kinds: Any) -> None:
+    with pytest.raises(SchedulingError, match="kinds"):
+        _spec(kinds=kinds)
+
+
+def test_a_one_millisecond_dispatch_timeout_gives_a_one_millisecond_http_allowance() -> None:
+    http = FakeHttp()
+    _deliver(_spec(dispatch_timeout=timedelta(milliseconds=1)), records(1), http)
+    assert http.sent[0].timeout_ms == 1

@@ -11,6 +11,7 @@ from subscribers_support import Recorder, clock, emit, writer_app
 
 from threadline import Application, Record, SchedulingError
 from threadline.records import SUBMISSION_SETTLED
+from threadline.subscribers import MAX_BATCH, MAX_DISPATCH_TIMEOUT, MIN_DISPATCH_TIMEOUT
 from threadline.testing import SimulatedObject
 
 
@@ -65,3 +66,24 @@ async def _settled_only() -> None:
 
 def test_on_settled_gets_settlement_records_alone() -> None:
     asyncio.run(_settled_only())
+
+
+def test_a_bool_version_or_batch_is_refused() -> None:
+    app = Application()
+    for bad in ({"name": "ok", "version": True}, {"name": "ok", "batch": True},
+                {"name": "ok", "version": "2"}, {"name": "ok", "batch": "10"}):
+        with pytest.raises(SchedulingError):
+            app.subscriber(**bad)  # type: ignore[arg-type]
+
+
+def test_the_batch_and_dispatch_timeout_bounds_are_inclusive() -> None:
+    app = Application()
+    for i, options in enumerate(({"batch": 1}, {"batch": MAX_BATCH},
+                                 {"dispatch_timeout": MIN_DISPATCH_TIMEOUT},
+                                 {"dispatch_timeout": MAX_DISPATCH_TIMEOUT})):
+        app.subscriber(f"ok{i}", **options)(Recorder())  # type: ignore[arg-type]
+    for bad in ({"batch": MAX_BATCH + 1},
+                {"dispatch_timeout": MIN_DISPATCH_TIMEOUT - timedelta(microseconds=1)},
+                {"dispatch_timeout": MAX_DISPATCH_TIMEOUT + timedelta(milliseconds=1)}):
+        with pytest.raises(SchedulingError):
+            app.subscriber("bad", **bad)  # type: ignore[arg-type]
