@@ -22,6 +22,7 @@ from threadline.subscribers import (
     Start,
     Subscribers,
     SubscriberSpec,
+    kinds_of,
 )
 from threadline.threads.agents import AgentFn, AgentRegistry, binding_registry_key
 from threadline.webhooks import webhook_spec
@@ -221,7 +222,7 @@ class Application:
         Raises :class:`~threadline.SchedulingError` at once for a malformed or repeated
         name, or an option out of bounds.
         """
-        chosen = _kinds(kinds)
+        chosen = kinds_of(kinds)
         # Checked before fn is even given, so a bad declaration fails at import.
         SubscriberSpec(name, _never, chosen, start, version, required, batch, dispatch_timeout)
         if self.subscribers.get(name) is not None:
@@ -359,17 +360,6 @@ class Application:
 
 async def _never(records: list[Record], ctx: DeliveryContext) -> None:
     """Stands for the function while a declaration is checked; never called."""
-
-
-def _kinds(kinds: Iterable[str] | None) -> frozenset[str] | None:
-    if kinds is None:
-        return None
-    if isinstance(kinds, str):
-        raise SchedulingError(f"kinds is a set of kinds, not the string {kinds!r}")
-    chosen = frozenset(kinds)
-    if not all(isinstance(kind, str) and kind for kind in chosen):
-        raise SchedulingError("kinds holds non-empty strings")
-    return chosen
 
 
 __all__ = ["Application"]

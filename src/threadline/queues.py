@@ -31,9 +31,9 @@ from threadline.subscribers import (
     DeliveryContext,
     Start,
     SubscriberSpec,
+    kinds_of,
 )
 from threadline.threads.model import JsonValue
-from threadline.webhooks import kinds_of
 
 #: Messages in one ``sendBatch`` call (the platform's bound).
 MAX_QUEUE_BATCH = 100

@@ -11,7 +11,7 @@ else to have the batch retried with backoff.
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
@@ -94,6 +94,19 @@ class SubscriberSpec:
         return self.kinds is None or kind in self.kinds
 
 
+def kinds_of(kinds: Iterable[str] | None) -> frozenset[str] | None:
+    """A subscriber's kinds as declared: None for every kind, else a set of kinds (a lone
+    string is refused, as by ``@app.subscriber``: it is not the set of its characters)."""
+    if kinds is None:
+        return None
+    if isinstance(kinds, str):
+        raise SchedulingError(f"kinds is a set of kinds, not the string {kinds!r}")
+    chosen = frozenset(kinds)
+    if not all(isinstance(kind, str) and kind for kind in chosen):
+        raise SchedulingError("kinds holds non-empty strings")
+    return chosen
+
+
 class Subscribers:
     """The subscribers an :class:`~threadline.Application` declares, in declaration order."""
 
@@ -126,4 +139,5 @@ __all__ = [
     "Start",
     "SubscriberSpec",
     "Subscribers",
+    "kinds_of",
 ]

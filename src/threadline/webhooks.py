@@ -49,6 +49,7 @@ from threadline.subscribers import (
     DeliveryContext,
     Start,
     SubscriberSpec,
+    kinds_of,
 )
 
 SIGNATURE_HEADER = "Threadline-Signature"
@@ -292,19 +293,6 @@ def check_secret_env(name: str, secret_env: object) -> tuple[str, ...]:
             "(letters, digits and _)"
         )
     return checked
-
-
-def kinds_of(kinds: Iterable[str] | None) -> frozenset[str] | None:
-    """A subscriber's kinds as declared: None for every kind, else a set of kinds (a lone
-    string is refused, as by ``@app.subscriber``: it is not the set of its characters)."""
-    if kinds is None:
-        return None
-    if isinstance(kinds, str):
-        raise SchedulingError(f"kinds is a set of kinds, not the string {kinds!r}")
-    chosen = frozenset(kinds)
-    if not all(isinstance(kind, str) and kind for kind in chosen):
-        raise SchedulingError("kinds holds non-empty strings")
-    return chosen
 
 
 def webhook_spec(
