@@ -4,6 +4,8 @@ Importing this package never imports the ``workers`` SDK, ``js`` or ``pyodide``;
 shells live in :mod:`threadline.worker`, imported only by a Worker's entry module.
 """
 
+from threadline import access
+from threadline.access import AccessRequest, Capability, Principal
 from threadline.app import Application
 from threadline.clock import Clock, ManualClock, SystemClock
 from threadline.config import RuntimeConfig
@@ -15,6 +17,7 @@ from threadline.errors import (
     DeliveryRefused,
     ErrorCode,
     Evicted,
+    Forbidden,
     InvalidSchedule,
     NonRetryable,
     NotFound,
@@ -44,11 +47,13 @@ from threadline.webhooks import verify_signature
 __version__ = "0.1.0"
 
 __all__ = [
+    "AccessRequest",
     "AgentError",
     "ApiError",
     "Application",
     "ApprovalDecision",
     "BindingUnavailable",
+    "Capability",
     "Clock",
     "Conflict",
     "CronSchedule",
@@ -59,6 +64,7 @@ __all__ = [
     "Evicted",
     "Fault",
     "Followup",
+    "Forbidden",
     "IdSource",
     "InvalidSchedule",
     "LaneContext",
@@ -68,6 +74,7 @@ __all__ = [
     "NotFound",
     "PassReport",
     "PayloadTooLarge",
+    "Principal",
     "RandomIds",
     "Record",
     "RecoveryEvent",
@@ -89,5 +96,6 @@ __all__ = [
     "Turn",
     "Unauthorized",
     "ValidationFailed",
+    "access",
     "verify_signature",
 ]

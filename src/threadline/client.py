@@ -43,6 +43,7 @@ from threadline.client_events import ThreadEvent, aiter_events, iter_events
 from threadline.errors import (
     ApiError,
     Conflict,
+    Forbidden,
     NotFound,
     PayloadTooLarge,
     Unauthorized,
@@ -55,6 +56,7 @@ _UNSET: Any = object()
 
 _ERRORS: dict[int, type[ApiError]] = {
     401: Unauthorized,
+    403: Forbidden,
     404: NotFound,
     409: Conflict,
     413: PayloadTooLarge,

@@ -119,6 +119,25 @@ class RuntimeConfig(BaseModel):
         le=300_000,
         description="An idle event stream sends a keep-alive comment this often.",
     )
+    max_event_streams: int = Field(
+        100,
+        ge=1,
+        le=10_000,
+        description=(
+            "Event streams one object serves at once; beyond it a new stream is refused with"
+            " 503 and Retry-After. Each open stream holds memory in the object, which the"
+            " platform caps at 128 MB."
+        ),
+    )
+    max_event_streams_per_subject: int = Field(
+        20,
+        ge=1,
+        le=10_000,
+        description=(
+            "Event streams one principal (one subject, or one token without a subject) may"
+            " hold open on one object; beyond it 429 with Retry-After."
+        ),
+    )
 
     @model_validator(mode="after")
     def _check_relations(self) -> Self:

@@ -15,6 +15,7 @@ mapped to the most specific class here at one boundary, the storage adapter, and
     │   ├── ValidationFailed         400/422: malformed JSON, bad ids, schema violations
     │   │   └── ValueTooLarge        413: a value over ``max_value_bytes``
     │   ├── Unauthorized             401: missing or wrong bearer token
+    │   ├── Forbidden                403: the credentials do not open this route or resource
     │   ├── NotFound                 404: no such route, submission or approval
     │   ├── Conflict                 409: idempotency key reused with other input, bad state
     │   └── PayloadTooLarge          413: body above the configured cap
@@ -49,6 +50,7 @@ class ErrorCode(StrEnum):
     INVALID_SCHEDULE = "invalid-schedule"
     VALIDATION = "validation"
     UNAUTHORIZED = "unauthorized"
+    FORBIDDEN = "forbidden"
     NOT_FOUND = "not-found"
     CONFLICT = "conflict"
     PAYLOAD_TOO_LARGE = "payload-too-large"
@@ -153,6 +155,14 @@ class Unauthorized(ApiError):
     code = ErrorCode.UNAUTHORIZED
     status = 401
     title = "Unauthorized"
+
+
+class Forbidden(ApiError):
+    """The credentials are valid but do not open this route, space or Thread."""
+
+    code = ErrorCode.FORBIDDEN
+    status = 403
+    title = "Forbidden"
 
 
 class NotFound(ApiError):

@@ -22,13 +22,16 @@ PROBLEM_TYPES: dict[str, tuple[int, str]] = {
     "invalid-id": (400, "Invalid identifier"),
     "invalid-header": (400, "Invalid header"),
     "unauthorized": (401, "Unauthorized"),
+    "forbidden": (403, "Forbidden"),
     "not-found": (404, "Not found"),
     "method-not-allowed": (405, "Method not allowed"),
     "conflict": (409, "Conflict"),
     "payload-too-large": (413, "Payload too large"),
     "validation": (422, "Invalid request"),
+    "too-many-streams": (429, "Too many event streams"),
     "internal": (500, "Internal error"),
     "auth-unconfigured": (503, "API token not configured"),
+    "streams-exhausted": (503, "No event stream available"),
 }
 
 
