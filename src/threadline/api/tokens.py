@@ -7,7 +7,7 @@ principal may mint only what it could do itself, for at most seven days.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -58,7 +58,7 @@ class TokenGrant(BaseModel):
 
     token: str = Field(description="Send as `Authorization: Bearer <token>` (or, on the"
                                    " events route, as `?access_token=`).")
-    expires_at: datetime
+    expires_at: int = Field(description="When it stops working, in epoch milliseconds.")
     space: str
     thread: str | None
     capabilities: list[CapabilityName]
@@ -81,7 +81,7 @@ def mint_for(principal: Principal, request: Request, keys: SigningKeys, now_ms: 
     )
     expires = verify(token, keys, now_ms=now_ms).expires_at
     return model_response(201, TokenGrant(
-        token=token, expires_at=datetime.fromtimestamp(expires, UTC), space=wanted.space,
+        token=token, expires_at=expires * 1000, space=wanted.space,
         thread=wanted.thread, capabilities=sorted(c.value for c in requested.capabilities),
         subject=wanted.subject,
     ))
