@@ -329,3 +329,29 @@ def test_a_preflight_from_an_allowed_origin_is_answered_without_credentials(
     stranger = worker.call("OPTIONS", T1 + "/submissions", headers={
         "origin": "https://evil.example", "access-control-request-method": "POST"})
     assert stranger.status == 401
+
+
+def test_the_client_works_with_a_scoped_token(worker: Worker) -> None:
+    import asyncio
+
+    import httpx
+
+    from threadline import Forbidden
+    from threadline.client import Client
+
+    async def answer(request: httpx.Request) -> httpx.Response:
+        plain = Request.from_url(request.method, str(request.url), dict(request.headers),
+                                 request.content)
+        reply = await worker.edge.serve(plain, lambda name, r: worker.api.space.handle(r))
+        return httpx.Response(reply.status, headers=reply.headers, content=reply.body)
+
+    token = worker.mint(thread="t1", capabilities=("read", "submit"), subject="user:1")
+    transport = httpx.MockTransport(lambda request: asyncio.run(answer(request)))
+    with Client("http://threadline.test", token=token, transport=transport) as client:
+        submitted = client.submit("acme", "t1", {"text": "hi"}, agent="echo")
+        worker.api.drive()
+        assert client.get_submission("acme", "t1", submitted.id).result == {"text": "hi"}
+        with pytest.raises(Forbidden):
+            client.submit("acme", "t2", {"text": "no"}, agent="echo")
+        with pytest.raises(Forbidden):
+            client.abort("acme", "t1", submitted.id)

@@ -1,0 +1,79 @@
+"""Scoped tokens through the real Worker and object: a read token opens one Thread's event
+stream (as ``?access_token=``, the way a browser's ``EventSource`` sends it) and nothing else."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+from httpx_sse import connect_sse
+from workerd_runtime import TOKEN, Runtime, wait_for
+
+from threadline import access
+
+KEYS = "k1:" + "w" * 40
+SPACE = "access-tests"
+READ_TIMEOUT_S = 10.0
+
+
+@pytest.fixture(scope="module")
+def runtime(start_runtime: Callable[..., Runtime], tmp_path_factory: pytest.TempPathFactory
+            ) -> Runtime:
+    started = start_runtime(tmp_path_factory.mktemp("access"), THREADLINE_SIGNING_KEYS=KEYS)
+    started.warm()
+    return started
+
+
+def _thread(name: str, space: str = SPACE) -> str:
+    return f"/v1/spaces/{space}/threads/{name}"
+
+
+def _status(runtime: Runtime, method: str, path: str, token: str, body: object = None) -> int:
+    raw = None if body is None else json.dumps(body).encode()
+    return runtime.request(path, method=method, token=token, body=raw).status
+
+
+def test_a_read_token_opens_one_threads_stream_and_nothing_else(runtime: Runtime) -> None:
+    token = access.mint(KEYS, space=SPACE, thread="t1", subject="reader:1")
+    with httpx.Client(base_url=runtime.url, timeout=READ_TIMEOUT_S) as client:
+        submitted = client.post(
+            _thread("t1") + "/submissions", headers={"authorization": f"Bearer {TOKEN}"},
+            json={"agent": "echo", "input": {"text": "for the reader"}})
+        assert submitted.status_code == 202, submitted.text
+        with connect_sse(client, "GET", _thread("t1") + f"/events?access_token={token}") as sse:
+            assert sse.response.status_code == 200
+            for event in sse.iter_sse():
+                if event.event == "record" and "for the reader" in event.data:
+                    break
+    assert _status(runtime, "GET", _thread("t2") + f"/events?access_token={token}", "") == 403
+    assert _status(runtime, "GET", _thread("t1", "other") + f"/events?access_token={token}",
+                   "") == 403
+    assert _status(runtime, "POST", _thread("t1") + "/submissions", token,
+                   {"agent": "echo", "input": {"text": "no"}}) == 403
+    assert _status(runtime, "GET", _thread("t1") + "/history", token) == 200
+    assert _status(runtime, "GET", _thread("t1") + f"/history?access_token={token}", "") == 401
+    assert _status(runtime, "GET", f"/v1/spaces/{SPACE}/maintenance", token) == 403
+    assert _status(runtime, "GET", _thread("t1"), token[:-4]) == 401
+
+
+def test_the_operator_mints_a_token_over_http(runtime: Runtime) -> None:
+    answer = runtime.request("/v1/tokens", method="POST", token=TOKEN, body=json.dumps(
+        {"space": SPACE, "thread": "t3", "capabilities": ["read", "submit"]}).encode())
+    assert answer.status == 201, answer.body
+    minted = answer.json()["token"]
+    assert _status(runtime, "POST", _thread("t3") + "/submissions", minted,
+                   {"agent": "echo", "input": {"text": "minted"}}) == 202
+    wait_for(lambda: runtime.request(_thread("t3"), token=minted).json()["open"] == [],
+             timeout=READ_TIMEOUT_S, what="the minted token's submission to settle")
+    assert _status(runtime, "GET", _thread("t4"), minted) == 403
+    assert minted not in runtime.output()
+
+
+def test_a_deployment_without_signing_keys_refuses_scoped_tokens(
+    workerd: Runtime, tmp_path: Path
+) -> None:
+    token = access.mint(KEYS, space=SPACE)
+    assert _status(workerd, "GET", _thread("t1"), token) == 401
