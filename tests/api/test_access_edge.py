@@ -355,3 +355,20 @@ def test_the_client_works_with_a_scoped_token(worker: Worker) -> None:
             client.submit("acme", "t2", {"text": "no"}, agent="echo")
         with pytest.raises(Forbidden):
             client.abort("acme", "t1", submitted.id)
+
+
+def test_the_api_token_is_compared_in_constant_time(
+    worker: Worker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    compared: list[tuple[bytes, bytes]] = []
+    real = edge.hmac.compare_digest
+
+    def spy(a: bytes, b: bytes) -> bool:
+        compared.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(edge.hmac, "compare_digest", spy)
+    assert worker.call("GET", T1, token=API_TOKEN).status == 200
+    _problem(worker.call("GET", T1, token=API_TOKEN[:-1]), 401)
+    assert compared == [(API_TOKEN.encode(), API_TOKEN.encode()),
+                        (API_TOKEN[:-1].encode(), API_TOKEN.encode())]
