@@ -133,12 +133,14 @@ def page_url(site: Site, runtime: Runtime, thread: str, token: str | None, *,
 
 
 @contextmanager
-def chromium(site: Site, url: str, profile: Path) -> Iterator[Callable[[], str]]:
+def chromium(
+    site: Site, url: str, profile: Path, binary: Path = CHROMIUM
+) -> Iterator[Callable[[], str]]:
     """Headless Chromium showing ``url`` (the site's reports cleared first); yields a reader
-    of its log. Killed on exit."""
-    if not CHROMIUM.exists():
+    of its log. Killed on exit. A missing browser fails the test, naming the package."""
+    if not binary.exists():
         pytest.fail(
-            f"{CHROMIUM} is missing: the browser test needs Debian's `chromium` package, which "
+            f"{binary} is missing: the browser test needs Debian's `chromium` package, which "
             "the test command's bootstrap installs (scripts/test, bootstrap_browser in "
             "scripts/_bootstrap.sh; by hand: apt-get install --no-install-recommends chromium)"
         )
@@ -146,7 +148,7 @@ def chromium(site: Site, url: str, profile: Path) -> Iterator[Callable[[], str]]
     log_path = profile / "chromium.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [str(CHROMIUM), *CHROMIUM_FLAGS, f"--user-data-dir={profile / 'user-data'}", url],
+            [str(binary), *CHROMIUM_FLAGS, f"--user-data-dir={profile / 'user-data'}", url],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             # Its own process group, so its renderer and helper processes go with it.
             start_new_session=True,
@@ -275,3 +277,14 @@ def test_page_on_an_origin_not_allowed_receives_nothing(
         context = _context(site, runtime, log)
     assert not site.of_type("record"), context
     assert not site.of_type("open"), context
+
+
+def test_a_missing_browser_fails_naming_the_package_and_the_bootstrap(
+    site: Site, tmp_path: Path
+) -> None:
+    with pytest.raises(pytest.fail.Exception) as failure, chromium(
+        site, "about:blank", tmp_path, binary=tmp_path / "no-chromium"
+    ):
+        pass
+    assert "`chromium` package" in str(failure.value)
+    assert "bootstrap_browser" in str(failure.value)
