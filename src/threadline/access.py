@@ -23,7 +23,7 @@ import hashlib
 import hmac
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
@@ -174,6 +174,10 @@ class AccessRequest:
     space: str | None
     thread: str | None
     headers: Mapping[str, str]
+
+
+#: An ``@app.authorize`` hook.
+Authorizer = Callable[[AccessRequest], Awaitable["Principal | None"]]
 
 
 class TokenRejected(Exception):
@@ -380,6 +384,7 @@ __all__ = [
     "SUBJECT_HEADER",
     "TOKEN_VERSION",
     "AccessRequest",
+    "Authorizer",
     "Capability",
     "Principal",
     "SigningKeys",

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from threadline.access import Authorizer
 from threadline.config import RuntimeConfig
 from threadline.errors import InvalidSchedule, SchedulingError
 from threadline.maintenance.host_lanes import DEFAULT_DISPATCH_TIMEOUT, HostLanes, LaneFn
@@ -59,6 +60,34 @@ class Application:
         self.schedules = Schedules()
         #: The subscribers declared with :meth:`subscriber`, :meth:`webhook` and :meth:`queue`.
         self.subscribers = Subscribers()
+        #: The hook registered with :meth:`authorize`, if any.
+        self.authorizer: Authorizer | None = None
+
+    def authorize(self, fn: Authorizer) -> Authorizer:
+        """Decorator registering the Worker's access hook: ``async fn(request) -> Principal |
+        None``.
+
+        The Worker calls it for every request that carries neither a scoped token nor the API
+        token, with an :class:`~threadline.AccessRequest` (method, route name, the capability
+        the route needs, space, Thread, headers). It returns who the caller is and what they
+        may do, or None to refuse (401). threadline then checks the route's capability, space
+        and Thread against the principal (403 beyond them). A hook that raises answers 500
+        without detail (the error is logged), never open access. ::
+
+            @app.authorize
+            async def authorize(request: threadline.AccessRequest) -> threadline.Principal | None:
+                user = await session_user(request.headers.get("cookie"))
+                if user is None:
+                    return None
+                return threadline.Principal(subject=user.id, space=user.space,
+                                            capabilities={"read", "submit"})
+        """
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError("the authorize hook must be an async function")
+        if self.authorizer is not None:
+            raise ValueError("an authorize hook is already registered")
+        self.authorizer = fn
+        return fn
 
     def agent(
         self, name: str, *, version: str = "1", join_followups: bool = False

@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import suppress
 from http import HTTPMethod
 from typing import Any, ClassVar
-from urllib.parse import urlsplit
 
 import js
 from pyodide.ffi import create_proxy, to_js
@@ -25,6 +24,7 @@ from threadline.api.edge import TOKEN_SECRET
 from threadline.api.http import Request
 from threadline.api.http import Response as PlainResponse
 from threadline.app import Application
+from threadline.clock import SystemClock
 from threadline.maintenance.host_lanes import wake_arguments
 from threadline.messages import MessageEnvelope, Verdict, verdict_from_json, verdict_to_json
 from threadline.outbound import (
@@ -37,9 +37,6 @@ from threadline.outbound import (
 from threadline.space import Space
 from threadline.storage.cloudflare import CloudflareStorage, is_js_null
 from threadline.threads.model import JsonValue
-
-#: Headers that describe one hop's framing, not the response: never copied between hops.
-_HOP_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive"})
 
 _log = logging.getLogger("threadline.worker")
 
@@ -160,17 +157,6 @@ def _headers(js_request: Any) -> dict[str, str]:
     return {str(key).lower(): str(value) for key, value in js_request.headers.items()}
 
 
-def _content_length(headers: dict[str, str]) -> int | None:
-    value = headers.get("content-length")
-    return int(value) if value is not None and value.isdigit() else None
-
-
-def _secret(env: Any) -> str | None:
-    """The API token, or None when it is not configured (only a string counts)."""
-    value = getattr(env, TOKEN_SECRET, None)
-    return value if isinstance(value, str) and value else None
-
-
 async def _read_capped(request: Any, cap: int) -> bytes | None:
     """The request body, or None once it grows past ``cap`` (the stream is then cancelled)."""
     stream = request.body
@@ -277,42 +263,44 @@ class WorkerBase(WorkerEntrypoint):
     app: ClassVar[Application]
     binding: ClassVar[str] = "THREADS"
 
+    def _edge(self) -> edge.Edge:
+        # Built once per Worker instance: the secrets do not change while it lives.
+        found = getattr(self, "_checks", None)
+        if found is None:
+            config = edge.EdgeConfig.from_env(
+                self.env, authorize=self.app.authorizer,
+                max_body_bytes=self.app.config.max_body_bytes)
+            found = self._checks = edge.Edge(config, SystemClock())
+        return found
+
     async def fetch(self, request: Any) -> Response:
         """Check one request at the edge and forward it to the object named by its space."""
         headers = _headers(request)
-        path = urlsplit(str(request.url)).path
         method = str(request.method).upper()
-        config = self.app.config
-        decision = edge.decide(
-            method,
-            path,
-            headers.get("authorization"),
-            _secret(self.env),
-            _content_length(headers),
-            config.max_body_bytes,
-        )
-        if decision.response is not None:
-            return _to_platform(decision.response)
+        checks = self._edge()
+        outcome = await checks.admit(method, str(request.url), headers)
+        if isinstance(outcome, PlainResponse):
+            return _to_platform(outcome)
         body = b""
         if method not in ("GET", "HEAD"):
-            read = await _read_capped(request, config.max_body_bytes)
+            cap = self.app.config.max_body_bytes
+            read = await _read_capped(request, cap)
             if read is None:
-                return _to_platform(edge.body_too_large(config.max_body_bytes))
+                refused = edge.body_too_large(cap)
+                refused.headers.update(outcome.response_headers)
+                return _to_platform(refused)
             body = read
-        stub = getattr(self.env, self.binding).getByName(decision.object_name)
+        if outcome.object_name is None:
+            return _to_platform(checks.answer(outcome, body))
+        stub = getattr(self.env, self.binding).getByName(outcome.object_name)
         forwarded = await stub.fetch(
-            str(request.url),
-            method=method,
-            headers={
-                k: v for k, v in headers.items() if k != "authorization" and k not in _HOP_HEADERS
-            },
-            body=body if body else None,
-        )
+            outcome.url, method=method, headers=outcome.headers, body=body if body else None)
         # Status and headers (Location, Allow, WWW-Authenticate...) pass through unchanged, and
         # the body as the object's stream: an event stream is relayed chunk by chunk, never
         # buffered here.
-        headers = {k: v for k, v in _headers(forwarded).items() if k not in _HOP_HEADERS}
-        return Response(forwarded.body, status=forwarded.status, headers=headers)
+        answer = {k: v for k, v in _headers(forwarded).items() if k not in edge.HOP_HEADERS}
+        answer.update(outcome.response_headers)
+        return Response(forwarded.body, status=forwarded.status, headers=answer)
 
 
 class BindingRouter:

@@ -35,11 +35,26 @@ def test_every_route_is_documented_with_its_models(api: Api) -> None:
         if route.body is not None:
             ref = operation["requestBody"]["content"]["application/json"]["schema"]["$ref"]
             assert ref.endswith("/" + route.body.__name__)
-        assert ("security" in operation) == (not route.authenticated)
+        if route.capability is None:
+            assert operation["security"] == []
+        else:
+            assert operation["x-capability"] == route.capability.value
+            expected = [{"bearer": []}, {"accessToken": []}] if route.query_token else None
+            assert operation.get("security") == expected
     submit = document["paths"]["/v1/spaces/{space}/threads/{thread}/submissions"]["post"]
     assert "409" in submit["responses"] and "Location" in submit["responses"]["202"]["headers"]
     schema = document["components"]["schemas"]["SubmitRequest"]
     assert schema["required"] == ["input"] and schema["additionalProperties"] is False
+
+
+def test_the_document_describes_the_bearer_and_the_query_token_schemes(api: Api) -> None:
+    schemes = _document(api)["components"]["securitySchemes"]
+    assert schemes["bearer"]["type"] == "http" and schemes["bearer"]["scheme"] == "bearer"
+    assert schemes["accessToken"] == {**schemes["accessToken"], "type": "apiKey",
+                                      "in": "query", "name": "access_token"}
+    events = _document(api)["paths"]["/v1/spaces/{space}/threads/{thread}/events"]["get"]
+    assert {"bearer": []} in events["security"] and {"accessToken": []} in events["security"]
+    assert "403" in events["responses"]
 
 
 def _check(document: dict[str, Any], method: str, path: str, status: int, body: Any,

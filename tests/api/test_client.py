@@ -22,15 +22,15 @@ BASE = "http://threadline.test"
 
 async def _answer(api: Api, request: httpx.Request) -> httpx.Response:
     """What the Worker does: edge checks, then the object named by the space."""
-    body = request.content
-    decision = edge.decide(request.method, request.url.path, request.headers.get("authorization"),
-                           TOKEN, len(body), api.app.config.max_body_bytes)
-    if decision.response is None:
-        plain = Request.from_url(request.method, str(request.url), dict(request.headers), body)
-        reply = await api.space.handle(plain)
-    else:
-        reply = decision.response
+    reply = await _edge(api).serve(
+        Request.from_url(request.method, str(request.url), dict(request.headers), request.content),
+        lambda name, forwarded: api.space.handle(forwarded))
     return httpx.Response(reply.status, headers=reply.headers, content=reply.body)
+
+
+def _edge(api: Api) -> edge.Edge:
+    return edge.Edge(
+        edge.EdgeConfig(api_token=TOKEN, max_body_bytes=api.app.config.max_body_bytes), api.clock)
 
 
 def _client(api: Api, token: str = TOKEN, **kwargs: Any) -> Client:

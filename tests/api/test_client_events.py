@@ -38,13 +38,11 @@ def chat(clock: ManualClock) -> Api:
 
 
 async def _answer(api: Api, request: httpx.Request) -> Response:
-    body = request.content
-    decision = edge.decide(request.method, request.url.path, request.headers.get("authorization"),
-                           TOKEN, len(body), api.app.config.max_body_bytes)
-    if decision.response is not None:
-        return decision.response
-    plain = Request.from_url(request.method, str(request.url), dict(request.headers), body)
-    return await api.space.handle(plain)
+    checks = edge.Edge(
+        edge.EdgeConfig(api_token=TOKEN, max_body_bytes=api.app.config.max_body_bytes), api.clock)
+    plain = Request.from_url(request.method, str(request.url), dict(request.headers),
+                             request.content)
+    return await checks.serve(plain, lambda name, forwarded: api.space.handle(forwarded))
 
 
 class _Cut(httpx.AsyncByteStream):

@@ -23,7 +23,29 @@ API_VERSION = "0.1.0"
 _Mode = Literal["validation", "serialization"]
 
 #: Statuses every authenticated route may answer with at the edge.
-_EDGE_PROBLEMS = (400, 401, 503)
+_EDGE_PROBLEMS = (400, 401, 403, 503)
+
+SECURITY_SCHEMES: dict[str, Any] = {
+    "bearer": {
+        "type": "http",
+        "scheme": "bearer",
+        "description": (
+            "The deployment's API token (`THREADLINE_API_TOKEN`: every capability in every"
+            " space), a scoped token (`tl1.`..., minted with `threadline.access.mint` or"
+            " `POST /v1/tokens`: one space, optionally one Thread, listed capabilities, an"
+            " expiry), or whatever the app's `@app.authorize` hook accepts."
+        ),
+    },
+    "accessToken": {
+        "type": "apiKey",
+        "in": "query",
+        "name": "access_token",
+        "description": (
+            "A scoped token in the query, for clients that cannot send headers (a browser's"
+            " `EventSource`). Accepted on the events route only; never logged or forwarded."
+        ),
+    },
+}
 #: Statuses every route with a JSON body may answer with.
 _BODY_PROBLEMS = (400, 413, 422)
 
@@ -113,8 +135,12 @@ def _operation(route: Route, refs: _Refs) -> dict[str, Any]:
         "summary": route.summary,
         "responses": responses,
     }
-    if not route.authenticated:
+    if route.capability is None:
         operation["security"] = []
+    else:
+        operation["x-capability"] = route.capability.value
+        if route.query_token:
+            operation["security"] = [{"bearer": []}, {"accessToken": []}]
     parameters = _query_parameters(route.query) if route.query is not None else []
     parameters.extend(
         {"name": name, "in": "header", "required": False, "description": text,
@@ -159,16 +185,22 @@ def build_document(routes: Sequence[Route]) -> dict[str, Any]:
             "version": API_VERSION,
             "description": (
                 "Durable agent threads. Errors are application/problem+json; their `type` is "
-                f"`{PROBLEM_TYPE_BASE}<slug>` with slug one of: {slugs}."
+                f"`{PROBLEM_TYPE_BASE}<slug>` with slug one of: {slugs}. Each operation"
+                " names the capability it needs in `x-capability` (read, submit, decide,"
+                " abort, admin); a credential without it, or scoped to another space or"
+                " Thread, gets 403."
             ),
         },
         "paths": paths,
         "components": {
             "schemas": definitions.get("$defs", {}),
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "securitySchemes": SECURITY_SCHEMES,
         },
         "security": [{"bearer": []}],
     }
 
 
-__all__ = ["API_TITLE", "API_VERSION", "ID_SCHEMA", "build_document"]
+__all__ = [
+    "API_TITLE", "API_VERSION", "ID_SCHEMA", "SECURITY_SCHEMES",
+    "build_document",
+]

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from threadline.access import Capability
 from threadline.api.context import ApiContext
 from threadline.api.http import Request, Response
 from threadline.api.problems import InvalidId
@@ -39,7 +40,10 @@ class Route:
     query: type[BaseModel] | None = None
     #: Problem statuses this operation may answer with, besides the ones every route has.
     problems: tuple[int, ...] = ()
-    authenticated: bool = True
+    #: What a caller needs to use it (None: open to anyone, health and this document).
+    capability: Capability | None = Capability.READ
+    #: True if it also takes a scoped token as ``?access_token=`` (for ``EventSource``).
+    query_token: bool = False
     #: True when its success responses carry a ``Location`` header.
     location: bool = False
     #: The media type of its success responses.
@@ -52,6 +56,11 @@ class Route:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "segments", tuple(self.template.strip("/").split("/")))
+
+    @property
+    def authenticated(self) -> bool:
+        """True unless the route is open to anyone."""
+        return self.capability is not None
 
     @property
     def params(self) -> list[str]:

@@ -11,6 +11,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+from threadline.access import Capability
 from threadline.api import events, submissions, threads
 from threadline.api import maintenance as maintenance_routes
 from threadline.api.context import ApiContext
@@ -42,9 +43,11 @@ from threadline.api.problems import (
     typed_problem,
 )
 from threadline.api.router import Route, Router, check_path_id
-from threadline.errors import ApiError
+from threadline.api.tokens import TokenGrant, TokenRequest
+from threadline.errors import ApiError, NotFound
 
 HEALTH_PATH = "/v1/health"
+TOKENS_PATH = "/v1/tokens"
 OPENAPI_PATH = "/v1/openapi.json"
 _SPACE = "/v1/spaces/{space}"
 _THREAD = _SPACE + "/threads/{thread}"
@@ -67,6 +70,12 @@ async def _health(ctx: ApiContext, request: Request, params: dict[str, str]) -> 
 _document: dict[str, Any] = {}
 
 
+async def _tokens(ctx: ApiContext, request: Request, params: dict[str, str]) -> Response:
+    # The Worker answers this route itself (it holds the signing keys); an object reached
+    # directly has nothing to mint with.
+    raise NotFound("tokens are minted by the Worker, not by a space's object")
+
+
 async def _openapi(ctx: ApiContext, request: Request, params: dict[str, str]) -> Response:
     if not _document:
         _document.update(build_document(ROUTES))
@@ -75,9 +84,16 @@ async def _openapi(ctx: ApiContext, request: Request, params: dict[str, str]) ->
 
 ROUTES: list[Route] = [
     Route("GET", HEALTH_PATH, _health, "health", "The object is up and migrated.",
-          {200: (Health, "Healthy.")}, authenticated=False),
+          {200: (Health, "Healthy.")}, capability=None),
     Route("GET", OPENAPI_PATH, _openapi, "openapi", "This document.",
-          {200: (None, "The OpenAPI 3.1 document.")}, authenticated=False),
+          {200: (None, "The OpenAPI 3.1 document.")}, capability=None),
+    Route("POST", TOKENS_PATH, _tokens, "mintToken",
+          "Mint a scoped token (answered by the Worker; needs `admin`).",
+          {201: (TokenGrant, "The token and what it opens.")}, body=TokenRequest,
+          problems=(403,), capability=Capability.ADMIN,
+          description=(
+              "A principal mints only within its own reach: its space and Thread, its"
+              " capabilities, for at most seven days. Needs `THREADLINE_SIGNING_KEYS`.")),
     Route("GET", _SPACE + "/threads", threads.list_threads, "listThreads",
           "Threads of the space in id order, paged.",
           {200: (ThreadPage, "A page of Threads.")}, query=ThreadsQuery),
@@ -90,14 +106,14 @@ ROUTES: list[Route] = [
     Route("GET", _THREAD + "/events", events.events, "streamEvents",
           "A Thread's records and submission state changes, live (Server-Sent Events).",
           {200: (None, "An endless text/event-stream (see the operation's description).")},
-          query=EventsQuery, media_type=events.EVENT_STREAM,
+          query=EventsQuery, media_type=events.EVENT_STREAM, query_token=True,
           headers=(("Last-Event-ID", "Resume after this history seq (wins over `after`)."),),
           description=events.STREAM_DESCRIPTION),
     Route("POST", _THREAD + "/submissions", submissions.submit, "submit",
           "Submit input to a Thread (FIFO behind its earlier submissions).",
           {202: (SubmissionView, "Admitted."),
            200: (SubmissionView, "Replayed: the key was already used with this input.")},
-          body=SubmitRequest, problems=(409,), location=True),
+          body=SubmitRequest, problems=(409,), location=True, capability=Capability.SUBMIT),
     Route("GET", _SUBMISSION, submissions.get_submission, "getSubmission",
           "A submission: state, attempts, outcome, waits, journal summary and the messages"
           " it sent.",
@@ -105,21 +121,22 @@ ROUTES: list[Route] = [
     Route("POST", _SUBMISSION + "/abort", submissions.abort, "abortSubmission",
           "Abort a submission (durable at once; a running Attempt stops at a step boundary).",
           {200: (SubmissionDetail, "The submission after the abort request.")},
-          body=AbortRequest, problems=(409,)),
+          body=AbortRequest, problems=(409,), capability=Capability.ABORT),
     Route("POST", _SUBMISSION + "/approvals/{key}", submissions.approve, "decideApproval",
           "Decide an approval the submission waits for.",
-          {200: (ApprovalView, "The decision.")}, body=ApprovalRequest, problems=(409,)),
+          {200: (ApprovalView, "The decision.")}, body=ApprovalRequest, problems=(409,),
+          capability=Capability.DECIDE),
     Route("POST", _SUBMISSION + "/resolve", submissions.resolve, "resolveUnknown",
           "Resolve an Unknown Outcome: retry the step, accept a result, or abort.",
           {200: (SubmissionDetail, "The submission after the resolution.")},
-          body=ResolveRequest, problems=(409,)),
+          body=ResolveRequest, problems=(409,), capability=Capability.DECIDE),
     Route("GET", _SPACE + "/maintenance", maintenance_routes.maintenance, "getMaintenance",
           "Lanes, generation record, alarm, faults, binding waits, recent pass reports,"
           " schedules and host lanes.",
-          {200: (MaintenanceView, "The maintenance report.")}),
+          {200: (MaintenanceView, "The maintenance report.")}, capability=Capability.ADMIN),
     Route("GET", _SPACE + "/schedules", maintenance_routes.schedules, "listSchedules",
           "The schedules the deployment declares: next and last fire, last error, state.",
-          {200: (ScheduleList, "The schedules, by id.")}),
+          {200: (ScheduleList, "The schedules, by id.")}, capability=Capability.ADMIN),
 ]
 
 ROUTER = Router(ROUTES)
@@ -172,4 +189,4 @@ async def _close(stream: AsyncIterator[bytes]) -> None:
         await closer()
 
 
-__all__ = ["HEALTH_PATH", "OPENAPI_PATH", "ROUTER", "ROUTES", "route", "route_space"]
+__all__ = ["HEALTH_PATH", "OPENAPI_PATH", "ROUTER", "ROUTES", "TOKENS_PATH", "route", "route_space"]

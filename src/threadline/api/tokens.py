@@ -1,0 +1,90 @@
+"""``POST /v1/tokens``: a scoped token minted by the Worker, for a backend that does not link
+the library.
+
+The Worker answers it itself (it holds the signing keys; the space's object does not): a
+principal may mint only what it could do itself, for at most seven days.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from threadline.access import (
+    MAX_TTL,
+    Capability,
+    Principal,
+    SigningKeys,
+    mint,
+    verify,
+)
+from threadline.api.body import read_body
+from threadline.api.http import Request, Response, model_response
+from threadline.api.models import ID_REGEX
+from threadline.errors import Forbidden
+
+_Id = Annotated[str, Field(pattern=ID_REGEX, max_length=128)]
+#: A capability's name (see :class:`threadline.access.Capability`).
+CapabilityName = Literal["read", "submit", "decide", "abort", "admin"]
+_READ_ONLY: list[CapabilityName] = ["read"]
+
+
+class TokenRequest(BaseModel):
+    """What to mint: the scope, the capabilities, the lifetime and the subject."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    space: _Id = Field(description="The space the token opens (only this one).")
+    thread: _Id | None = Field(
+        None, description="The one Thread it opens; null: every Thread of the space.")
+    capabilities: list[CapabilityName] = Field(
+        default_factory=lambda: _READ_ONLY.copy(), min_length=1, max_length=5,
+        description="read, submit, decide, abort, admin.",
+        json_schema_extra={"uniqueItems": True},
+    )
+    ttl_seconds: int = Field(
+        900, ge=1, le=int(MAX_TTL.total_seconds()), description="Lifetime in seconds.")
+    subject: str | None = Field(
+        None, min_length=1, max_length=256,
+        description="Who the holder is; recorded on what the token causes.")
+
+
+class TokenGrant(BaseModel):
+    """A minted token and what it opens."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    token: str = Field(description="Send as `Authorization: Bearer <token>` (or, on the"
+                                   " events route, as `?access_token=`).")
+    expires_at: int = Field(description="When it stops working, in epoch milliseconds.")
+    space: str
+    thread: str | None
+    capabilities: list[CapabilityName]
+    subject: str | None
+
+
+def mint_for(principal: Principal, request: Request, keys: SigningKeys, now_ms: int) -> Response:
+    """Mint what ``request``'s body asks for on behalf of ``principal``; 403 beyond its own
+    reach (another space or Thread, a capability it lacks)."""
+    wanted = read_body(request, TokenRequest)
+    requested = Principal(
+        subject=wanted.subject, capabilities=frozenset(Capability(c) for c in wanted.capabilities),
+        space=wanted.space, thread=wanted.thread,
+    )
+    if Capability.ADMIN not in principal.capabilities or not principal.covers(requested):
+        raise Forbidden("these credentials cannot grant that scope")
+    token = mint(
+        keys, space=wanted.space, thread=wanted.thread, capabilities=wanted.capabilities,
+        ttl=timedelta(seconds=wanted.ttl_seconds), subject=wanted.subject, now_ms=now_ms,
+    )
+    expires = verify(token, keys, now_ms=now_ms).expires_at
+    return model_response(201, TokenGrant(
+        token=token, expires_at=expires * 1000, space=wanted.space,
+        thread=wanted.thread, capabilities=sorted(c.value for c in requested.capabilities),
+        subject=wanted.subject,
+    ))
+
+
+__all__ = ["TokenGrant", "TokenRequest", "mint_for"]
