@@ -226,26 +226,36 @@ def test_page_receives_a_thread_record_over_event_source_with_a_read_token(
     assert report["id"] == str(record["seq"])  # the SSE id is the record's seq
     assert record["body"] == {"role": "assistant", "text": text}
     assert not site.of_type("error")
+    assert token not in "\n".join(runtime.log)
     print(f"browser flow: page open {opened - started:.2f} s, "
           f"record on the page {time.monotonic() - opened:.2f} s after the POST")
 
 
+def _stream_answers(runtime: Runtime, thread: str, since: int) -> list[int]:
+    """The statuses the Worker answered to the thread's event stream requests, from the
+    runtime's request log (path only: the query string, with the token, is not logged)."""
+    path = f"GET /v1/spaces/{SPACE}/threads/{thread}/events "
+    return [int(line.split(path, 1)[1].split()[0])
+            for line in runtime.log[since:] if path in line]
+
+
 @pytest.mark.parametrize(
-    ("case", "scope"),
+    ("case", "scope", "status"),
     [
-        ("another thread", {"space": SPACE, "thread": "someone-else"}),
-        ("another space", {"space": "other-space", "thread": "refused"}),
-        ("no token", None),
+        ("another thread", {"space": SPACE, "thread": "someone-else"}, 403),
+        ("another space", {"space": "other-space", "thread": "refused"}, 403),
+        ("no token", None, 401),
     ],
 )
 def test_page_without_a_read_token_for_the_thread_receives_nothing(
-    site: Site, runtime: Runtime, tmp_path: Path, case: str, scope: dict[str, str] | None
+    site: Site, runtime: Runtime, tmp_path: Path, case: str, scope: dict[str, str] | None,
+    status: int,
 ) -> None:
     thread = "refused"
     # The Thread already holds a record: a stream let in would replay it at once.
-    text = f"not for this token ({case})"
-    submit_echo(runtime, thread, text)
+    submit_echo(runtime, thread, f"not for this token ({case})")
     token = None if scope is None else access.mint(SIGNING_KEYS, capabilities=("read",), **scope)
+    since = len(runtime.log)
     with chromium(site, page_url(site, runtime, thread, token), tmp_path) as log:
         try:
             wait_for(lambda: site.of_type("error") or site.of_type("record"),
@@ -253,28 +263,33 @@ def test_page_without_a_read_token_for_the_thread_receives_nothing(
         except AssertionError as error:
             raise AssertionError(f"{error}\n{_context(site, runtime, log)}") from None
         context = _context(site, runtime, log)
+    # Refused by the Worker itself (not merely withheld by the browser), and for good.
+    assert _stream_answers(runtime, thread, since) == [status], context
     assert site.of_type("error")[0]["closed"] is True, context
     assert not site.of_type("open"), context
     assert not site.of_type("record"), context
+    if token is not None:
+        assert token not in "\n".join(runtime.log)
 
 
 def test_page_on_an_origin_not_allowed_receives_nothing(
     site: Site, runtime: Runtime, tmp_path: Path
 ) -> None:
     """The same page and a valid token, served from ``localhost`` instead of the one allowed
-    origin (``127.0.0.1``): the browser withholds the stream from the page (CORS)."""
+    origin (``127.0.0.1``): the Worker answers the stream, without CORS headers, and the
+    browser withholds it from the page."""
     thread = "cross-origin"
-    text = "not for this origin"
-    submit_echo(runtime, thread, text)
+    submit_echo(runtime, thread, "not for this origin")
     token = access.mint(SIGNING_KEYS, space=SPACE, thread=thread, capabilities=("read",))
-    url = page_url(site, runtime, thread, token, host="localhost")
-    with chromium(site, url, tmp_path) as log:
+    since = len(runtime.log)
+    with chromium(site, page_url(site, runtime, thread, token, host="localhost"), tmp_path) as log:
         try:
             wait_for(lambda: site.of_type("error") or site.of_type("record"),
                      timeout=OPEN_TIMEOUT_S, what="the page to be refused")
         except AssertionError as error:
             raise AssertionError(f"{error}\n{_context(site, runtime, log)}") from None
         context = _context(site, runtime, log)
+    assert _stream_answers(runtime, thread, since)[:1] == [200], context
     assert not site.of_type("record"), context
     assert not site.of_type("open"), context
 
