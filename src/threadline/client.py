@@ -299,7 +299,8 @@ class Client:
         self, space: str, thread: str, *, after: int = 0, limit: int = 100
     ) -> HistoryPage:
         """A page of the Thread's log after seq ``after`` (empty at first): emitted records and
-        the runtime's (``submission.settled``, ``approval.requested``, ``message.failed``)."""
+        the runtime's (``submission.settled``, ``approval.requested``, ``approval.decided``,
+        ``message.failed``)."""
         return self._send(_history_call(space, thread, after, limit))
 
     def approve(

@@ -35,8 +35,10 @@ class ThreadEvent:
 
     A record's own ``kind`` (``record().kind``) is what an agent emitted (``record`` by
     default) or one of the runtime's facts (:mod:`threadline.records`):
-    ``submission.settled`` (body ``{submission_id, outcome, result?, error?}``),
-    ``approval.requested`` (``{submission_id, key, payload}``) or ``message.failed``. Records
+    ``submission.settled`` (body ``{submission_id, outcome, result?, error?, submitted_by?,
+    aborted_by?, resolved_by?}``), ``approval.requested`` (``{submission_id, key, payload}``),
+    ``approval.decided`` (``{submission_id, key, approved, decided_by?}``) or
+    ``message.failed``. Records
     are resumed without a gap, so a client learns every settlement from them; ``submission``
     events are sampled live and never replayed.
     """

@@ -12,10 +12,16 @@ from dataclasses import dataclass
 
 from threadline.threads.model import JsonValue
 
-#: A submission settled: ``{"submission_id", "outcome", "result"?, "error"?}``.
+#: A submission settled: ``{"submission_id", "outcome", "result"?, "error"?, "joined_to"?,
+#: "submitted_by"?, "aborted_by"?, "resolved_by"?}``. The last three name the subjects of the
+#: principals who submitted it, requested the abort it settled by, and resolved its Unknown
+#: Outcome by aborting it; each is present only when known.
 SUBMISSION_SETTLED = "submission.settled"
 #: An agent asked for an approval: ``{"submission_id", "key", "payload"}``.
 APPROVAL_REQUESTED = "approval.requested"
+#: An approval was decided: ``{"submission_id", "key", "approved", "decided_by"?}``
+#: (``decided_by``, the subject of the principal who decided, only when known).
+APPROVAL_DECIDED = "approval.decided"
 #: A message this Thread sent was refused for good: ``{"message_id", "to_space", "to_thread",
 #: "reason"}``.
 MESSAGE_FAILED = "message.failed"
@@ -47,4 +53,6 @@ class Record:
         }
 
 
-__all__ = ["APPROVAL_REQUESTED", "MESSAGE_FAILED", "SUBMISSION_SETTLED", "Record"]
+__all__ = [
+    "APPROVAL_DECIDED", "APPROVAL_REQUESTED", "MESSAGE_FAILED", "SUBMISSION_SETTLED", "Record",
+]

@@ -497,35 +497,55 @@ class SimulatedObject:
         key: str | None = None,
         *,
         not_before: datetime | int | None = None,
+        subject: str | None = None,
     ) -> Submission | ScheduledSubmission:
         """Admit ``input`` for ``agent`` on ``thread`` (idempotent with ``key``).
 
         With ``not_before`` (an aware datetime, or epoch ms) ahead of the clock, it is a
         delayed submission: a :class:`~threadline.threads.ScheduledSubmission` until the
-        object's alarm admits it when it falls due (see :meth:`Ledger.admit`).
+        object's alarm admits it when it falls due (see :meth:`Ledger.admit`). ``subject``
+        is who submits it, as a principal's subject would be recorded (``submitted_by``).
         """
         due = delayed.due_of(not_before) if isinstance(not_before, datetime) else not_before
-        return self.ledger.admit(thread, agent, input, key, not_before=due).submission
+        return self.ledger.admit(thread, agent, input, key, not_before=due,
+                                 subject=subject).submission
 
     def find(self, submission_id: str) -> Submission | ScheduledSubmission:
         """Read one submission, admitted or still scheduled."""
         return self.ledger.find(submission_id)
 
     def approve(
-        self, submission_id: str, key: str, payload: JsonValue = None, *, approved: bool = True
+        self,
+        submission_id: str,
+        key: str,
+        payload: JsonValue = None,
+        *,
+        approved: bool = True,
+        subject: str | None = None,
     ) -> ApprovalDecision:
-        """Decide the approval ``key`` of a suspended submission (``approved=False`` declines)."""
-        return self.ledger.decide_approval(submission_id, key, approved=approved, payload=payload)
+        """Decide the approval ``key`` of a suspended submission (``approved=False`` declines),
+        as ``subject`` (recorded as ``decided_by``; None: unknown)."""
+        return self.ledger.decide_approval(submission_id, key, approved=approved, payload=payload,
+                                           subject=subject)
 
-    def abort(self, submission_id: str, reason: str | None = None) -> Submission:
-        """Request an abort; it settles at once unless an Attempt runs, which observes it."""
-        return self.ledger.request_abort(submission_id, reason)
+    def abort(
+        self, submission_id: str, reason: str | None = None, *, subject: str | None = None
+    ) -> Submission:
+        """Request an abort as ``subject`` (``requested_by``); it settles at once unless an
+        Attempt runs, which observes it."""
+        return self.ledger.request_abort(submission_id, reason, subject=subject)
 
     def resolve(
-        self, submission_id: str, action: Resolution | str, result: JsonValue = None
+        self,
+        submission_id: str,
+        action: Resolution | str,
+        result: JsonValue = None,
+        *,
+        subject: str | None = None,
     ) -> Submission:
-        """Resolve an Unknown Outcome: ``retry``, ``accept`` (with ``result``) or ``abort``."""
-        return self.ledger.resolve_unknown(submission_id, action, result)
+        """Resolve an Unknown Outcome as ``subject``: ``retry``, ``accept`` (with ``result``)
+        or ``abort``."""
+        return self.ledger.resolve_unknown(submission_id, action, result, subject=subject)
 
     def wake_lane(
         self, lane_id: str, at: datetime | None = None, *, cursor: int | None = None

@@ -105,6 +105,10 @@ def test_state_changes_of_an_approval_flow(api: Api) -> None:
         decided = await call(api, "POST", api.submission_path("t1", sub["id"])
                              + "/approvals/confirm", {"approved": True})
         assert decided.status == 200
+        # The decision is logged with it, before the state it leads to.
+        logged = await reader.next()
+        assert (logged.event, logged.id, logged.data["kind"]) == (
+            "record", 2, "approval.decided")
         woken = await reader.next()
         assert woken.data["state"] == "ready"
         await drive(api)
@@ -114,7 +118,7 @@ def test_state_changes_of_an_approval_flow(api: Api) -> None:
         # The record comes before the settlement it preceded; states between two reads of
         # the stream (running) may be coalesced into the latest one.
         assert [(e.id, e.data["kind"]) for e in seen if e.event == "record"] == [
-            (2, "record"), (3, "submission.settled")]
+            (3, "record"), (4, "submission.settled")]
         assert seen[0].event == "record"
         assert seen[-1].data["outcome"] == "completed"
         await reader.close()

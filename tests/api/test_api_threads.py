@@ -46,13 +46,13 @@ def test_the_summary_shows_open_submissions_in_fifo_order(api: Api) -> None:
     api.drive()
     done = api.call("GET", api.thread_path("t1")).json()
     assert done["open"] == [] and done["open_submissions"] == 0
-    # The last seq counts the runtime's records too: the approval request, the confirmed
-    # reply, both settlements and the echo's reply.
+    # The last seq counts the runtime's records too: the approval request and its decision,
+    # the confirmed reply, both settlements and the echo's reply.
     log = api.call("GET", api.thread_path("t1") + "/history").json()["records"]
     assert [(r["kind"], r["submission_id"]) for r in log] == [
-        ("approval.requested", first), ("record", first), ("submission.settled", first),
-        ("record", second), ("submission.settled", second)]
-    assert done["history_seq"] == log[-1]["seq"] == 5
+        ("approval.requested", first), ("approval.decided", first), ("record", first),
+        ("submission.settled", first), ("record", second), ("submission.settled", second)]
+    assert done["history_seq"] == log[-1]["seq"] == 6
 
 
 def test_a_named_thread_without_a_submission_reads_as_empty_and_writes_nothing(

@@ -102,10 +102,12 @@ def test_every_occurrence_of_every_failpoint(settlements: SettlementLog) -> None
             done = h.get(sub.id)
             assert done.outcome is Outcome.COMPLETED, (location, after, done)
             assert settlements.count(sub.id) == h.settled_records(sub.id) == 1, (location, after)
-            # The approval request, the emitted record and the settlement, each once.
+            # The approval request and its decision, the emitted record and the settlement,
+            # each once.
             kinds = [row["kind"] for row in h.storage.exec(
                 "SELECT kind FROM tl_history ORDER BY seq")]
-            assert kinds == ["approval.requested", "record", "submission.settled"], (
+            assert kinds == ["approval.requested", "approval.decided", "record",
+                             "submission.settled"], (
                 location, after)
             # No failpoint lies between a step's call and its finished journal entry, so no
             # crash here loses a run: a finished step replays, each runs exactly once.

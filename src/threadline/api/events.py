@@ -4,7 +4,7 @@ Two kinds of events, chosen so that resuming is exact:
 
 - ``event: record`` — one record of the Thread's log, with ``id:`` set to its seq. The log
   holds what agents emit and the runtime's own facts (``submission.settled`` with the outcome
-  and the result or error, ``approval.requested``, ``message.failed``: see
+  and the result or error, ``approval.requested``, ``approval.decided``, ``message.failed``: see
   :mod:`threadline.records`). The stream sends every record after the resume point in seq
   order, then each new one as it is appended. A client that reconnects with
   ``Last-Event-ID: N`` (or ``?after=N`` on a fresh connection; the header wins when both are
@@ -48,8 +48,11 @@ STREAM_DESCRIPTION = (
     "Server-Sent Events. `event: record` carries one record of the Thread's log as JSON "
     "(`seq`, `record_id`, `submission_id`, `kind`, `body`, `created_at`) with `id:` set to its "
     "seq: what agents emit, and the runtime's own facts under reserved kinds "
-    "(`submission.settled`: `{submission_id, outcome, result?, error?}`; "
-    "`approval.requested`: `{submission_id, key, payload}`; `message.failed`). The stream first "
+    "(`submission.settled`: `{submission_id, outcome, result?, error?, submitted_by?, "
+    "aborted_by?, resolved_by?}`; `approval.requested`: `{submission_id, key, payload}`; "
+    "`approval.decided`: `{submission_id, key, approved, decided_by?}`; `message.failed`; the "
+    "`*_by` members name the subjects of the principals that caused the fact, when known). "
+    "The stream first "
     "sends every record after the resume point, then each new one as it is appended. Resume "
     "with `Last-Event-ID: <seq>` (or `?after=<seq>`; the header wins): exactly the records "
     "after that seq follow, no gap and no duplicate, so every settlement missed while "

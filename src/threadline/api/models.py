@@ -232,6 +232,14 @@ class SubmissionView(_Response):
     created_at: int
     updated_at: int
     settled_at: int | None
+    submitted_by: str | None = Field(
+        description=(
+            "Who submitted it: the subject of the principal whose request admitted it, as the"
+            " Worker named it. Null when unknown (a principal without a subject) and when no"
+            " principal submitted it: a message from another Thread (`turn.send`), a"
+            " schedule's run, an agent's own admission."
+        )
+    )
 
 
 class WaitView(_Response):
@@ -245,6 +253,14 @@ class WaitView(_Response):
     wake_at: int | None
     created_at: int
     resolved_at: int | None
+    decided_by: str | None = Field(
+        description=(
+            "Who resolved it: the subject of the principal that decided the approval or"
+            " resolved the Unknown Outcome (`decision` holds what they decided). Null while"
+            " open, when unknown, and for a wait no principal resolves (a timer, a wait"
+            " cancelled by the settlement)."
+        )
+    )
 
 
 class JournalStepView(_Response):
@@ -276,6 +292,13 @@ class AbortView(_Response):
     reason: str | None
     requested_at: int
     applied_at: int | None
+    requested_by: str | None = Field(
+        description=(
+            "Who requested it: the subject of the principal whose abort (or Unknown Outcome"
+            " resolution by `abort`) made it; null when unknown. A later abort request changes"
+            " nothing: the first is kept."
+        )
+    )
 
 
 class LossesView(_Response):

@@ -4,10 +4,17 @@ Each mutating route validates everything it can before the ledger's one transact
 refused request writes nothing; after a committed change that can make work runnable it asks
 the scheduler for a prompt pass (``ctx.wake``), a droppable hint on top of the crash-fallback
 alarm that the transaction already armed.
+
+Each mutating route records who caused what it does: the subject the Worker names in the
+``threadline-subject`` header (:data:`threadline.access.SUBJECT_HEADER`) of the request it
+forwards, None when absent. Only the Worker sets that header (it drops any a client sends), so
+an invalid one is a fault upstream: refused with 400 ``invalid-header`` before anything is read
+or written, rather than recorded or silently dropped.
 """
 
 from __future__ import annotations
 
+from threadline.access import SUBJECT_HEADER
 from threadline.api.body import read_body
 from threadline.api.context import ApiContext
 from threadline.api.http import Request, Response, model_response
@@ -18,6 +25,7 @@ from threadline.api.models import (
     ResolveRequest,
     SubmitRequest,
 )
+from threadline.api.problems import InvalidHeader
 from threadline.api.views import submission_detail, submission_view
 from threadline.errors import Conflict, NotFound, ValidationFailed
 from threadline.threads import views
@@ -26,12 +34,23 @@ from threadline.threads.model import (
     ScheduledSubmission,
     Submission,
     SubmissionState,
+    check_subject,
 )
 
 
 def submission_location(space: str, thread: str, submission_id: str) -> str:
     """The path of a submission's resource."""
     return f"/v1/spaces/{space}/threads/{thread}/submissions/{submission_id}"
+
+
+def request_subject(request: Request) -> str | None:
+    """The subject of the principal the request comes from, as the Worker names it; None
+    when it names none. An invalid one raises :class:`InvalidHeader` (400)."""
+    value = request.header(SUBJECT_HEADER)
+    try:
+        return check_subject(value, field=SUBJECT_HEADER)
+    except ValidationFailed as exc:
+        raise InvalidHeader(exc.message, field=SUBJECT_HEADER) from None
 
 
 def owned(ctx: ApiContext, thread: str, submission_id: str) -> Submission | ScheduledSubmission:
@@ -57,10 +76,11 @@ def admitted(ctx: ApiContext, thread: str, submission_id: str) -> Submission:
 async def submit(ctx: ApiContext, request: Request, params: dict[str, str]) -> Response:
     """``POST .../threads/{thread}/submissions``: 202 when admitted, 200 on an exact replay."""
     thread = params["thread"]
+    subject = request_subject(request)
     body = read_body(request, SubmitRequest)
     agent = views.choose_agent(ctx.storage, ctx.agents, thread, body.agent, body.idempotency_key)
     admission = ctx.ledger.admit(thread, agent, body.input, body.idempotency_key,
-                                 not_before=body.due_ms)
+                                 not_before=body.due_ms, subject=subject)
     view = submission_view(admission.submission)
     location = {"location": submission_location(params["space"], thread, view.id)}
     if not admission.created:
@@ -79,9 +99,10 @@ async def get_submission(ctx: ApiContext, request: Request, params: dict[str, st
 
 async def abort(ctx: ApiContext, request: Request, params: dict[str, str]) -> Response:
     """``POST .../submissions/{submission}/abort``: the intent is durable at once."""
+    subject = request_subject(request)
     body = read_body(request, AbortRequest)
     before = owned(ctx, params["thread"], params["submission"])
-    after = ctx.ledger.request_abort(before.id, body.reason)
+    after = ctx.ledger.request_abort(before.id, body.reason, subject=subject)
     if before.state not in (SubmissionState.SETTLED, SCHEDULED):
         ctx.wake()
     return model_response(200, submission_detail(ctx.storage, ctx.ledger, after))
@@ -89,10 +110,12 @@ async def abort(ctx: ApiContext, request: Request, params: dict[str, str]) -> Re
 
 async def approve(ctx: ApiContext, request: Request, params: dict[str, str]) -> Response:
     """``POST .../submissions/{submission}/approvals/{key}``: decide an open approval."""
+    subject = request_subject(request)
     body = read_body(request, ApprovalRequest)
     submission = admitted(ctx, params["thread"], params["submission"])
     decision = ctx.ledger.decide_approval(
-        submission.id, params["key"], approved=body.approved, payload=body.payload
+        submission.id, params["key"], approved=body.approved, payload=body.payload,
+        subject=subject,
     )
     ctx.wake()
     after = ctx.ledger.get(submission.id)
@@ -105,6 +128,7 @@ async def approve(ctx: ApiContext, request: Request, params: dict[str, str]) -> 
 
 async def resolve(ctx: ApiContext, request: Request, params: dict[str, str]) -> Response:
     """``POST .../submissions/{submission}/resolve``: retry, accept a result, or abort."""
+    subject = request_subject(request)
     body = read_body(request, ResolveRequest)
     given = "result" in body.model_fields_set
     if body.action == "accept" and not given:
@@ -113,7 +137,8 @@ async def resolve(ctx: ApiContext, request: Request, params: dict[str, str]) -> 
         raise ValidationFailed(f"result is not allowed with action {body.action}",
                                field="result")
     submission = admitted(ctx, params["thread"], params["submission"])
-    after = ctx.ledger.resolve_unknown(submission.id, body.action, body.result)
+    after = ctx.ledger.resolve_unknown(submission.id, body.action, body.result,
+                                       subject=subject)
     ctx.wake()
     return model_response(200, submission_detail(ctx.storage, ctx.ledger, after))
 
@@ -124,6 +149,7 @@ __all__ = [
     "approve",
     "get_submission",
     "owned",
+    "request_subject",
     "resolve",
     "submission_location",
     "submit",

@@ -48,7 +48,8 @@ async def get_thread(ctx: ApiContext, request: Request, params: dict[str, str]) 
 
 async def history(ctx: ApiContext, request: Request, params: dict[str, str]) -> Response:
     """``GET .../threads/{thread}/history?after=N&limit=M``: the Thread's log in seq order:
-    emitted records and the runtime's own (``submission.settled``, ``approval.requested``)."""
+    emitted records and the runtime's own (``submission.settled``, ``approval.requested``,
+    ``approval.decided``, ``message.failed``)."""
     query = read_query(request, HistoryQuery)
     thread_id = params["thread"]
     # No lookup of the Thread first: one never written has no records, an empty page.

@@ -45,6 +45,7 @@ def _scheduled_fields(scheduled: ScheduledSubmission) -> dict[str, object]:
         "created_at": scheduled.created_at,
         "updated_at": scheduled.created_at,
         "settled_at": None,
+        "submitted_by": scheduled.submitted_by,
     }
 
 
@@ -68,6 +69,7 @@ def _submission_fields(submission: Submission | ScheduledSubmission) -> dict[str
         "created_at": submission.created_at,
         "updated_at": submission.updated_at,
         "settled_at": submission.settled_at,
+        "submitted_by": submission.submitted_by,
     }
 
 
@@ -95,7 +97,7 @@ def submission_detail(
                         "kind": wait.kind, "key": wait.key, "state": wait.state,
                         "payload": wait.payload, "decision": wait.decision,
                         "wake_at": wait.wake_at, "created_at": wait.created_at,
-                        "resolved_at": wait.resolved_at,
+                        "resolved_at": wait.resolved_at, "decided_by": wait.decided_by,
                     }
                 )
                 for wait in views.waits_of(storage, submission.id)
@@ -120,6 +122,7 @@ def submission_detail(
                 {
                     "state": intent.state.value, "reason": intent.reason,
                     "requested_at": intent.requested_at, "applied_at": intent.applied_at,
+                    "requested_by": intent.requested_by,
                 }
             ),
             "losses": LossesView(

@@ -642,11 +642,25 @@ _LEAN_HISTORY = (
     "UPDATE tl_submissions SET history_from = 0 WHERE settled_at IS NULL AND state <> 'queued'",
 )
 
+# Who did it: the subject of the principal that caused a fact (the Worker names it in the
+# ``threadline-subject`` header of the request it forwards), kept on the row the fact writes
+# anyway: an admission's submission (or its delayed row, carried over when it falls due), an
+# abort's intent, an approval decision's or a resolution's wait. NULL: unknown, or caused by
+# no principal (a message, a schedule, an agent). No index names them, so recording a subject
+# costs no row; added in place, like the loss columns.
+_SUBJECTS = (
+    "ALTER TABLE tl_submissions ADD COLUMN submitted_by TEXT",
+    "ALTER TABLE tl_delayed ADD COLUMN submitted_by TEXT",
+    "ALTER TABLE tl_abort_intents ADD COLUMN requested_by TEXT",
+    "ALTER TABLE tl_waits ADD COLUMN decided_by TEXT",
+)
+
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
 MIGRATIONS: list[tuple[str, ...]] = [
     _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS, _LEAN_SUBMISSIONS,
     _LEAN_OUTBOX, _HELD_FOLLOWERS, _LOSSES, _SCHEDULES, _DELAYED, _LANES_KEY,
     _JOINED_TO, _MESSAGE_ROUTING, _SUBSCRIBERS, _SPACE_NAME, _ONE_LOG, _LEAN_HISTORY,
+    _SUBJECTS,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

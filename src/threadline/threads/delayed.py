@@ -23,11 +23,11 @@ from threadline.threads.model import MAX_SLEEP_SECONDS, ScheduledSubmission, dec
 
 _SELECT = (
     "SELECT seq, id, thread_id, agent, idempotency_key, input_json, input_digest, due_at,"
-    " created_at FROM tl_delayed "
+    " created_at, submitted_by FROM tl_delayed "
 )
 _INSERT = (
     "INSERT INTO tl_delayed (id, thread_id, agent, idempotency_key, input_json, input_digest,"
-    " due_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    " due_at, created_at, submitted_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _BY_ID = _SELECT + "WHERE id = ?"
 _BY_KEY = _SELECT + "WHERE thread_id = ? AND idempotency_key = ?"
@@ -40,10 +40,12 @@ _BY_KEY = _SELECT + "WHERE thread_id = ? AND idempotency_key = ?"
 _FIRST_TWO = _SELECT + "INDEXED BY tl_delayed_due ORDER BY due_at, seq LIMIT 2"
 _DUE_THEN_NEXT = (
     "SELECT * FROM (SELECT seq, id, thread_id, agent, idempotency_key, input_json,"
-    " input_digest, due_at, created_at FROM tl_delayed INDEXED BY tl_delayed_due"
+    " input_digest, due_at, created_at, submitted_by FROM tl_delayed"
+    " INDEXED BY tl_delayed_due"
     " WHERE due_at <= ? ORDER BY due_at, seq LIMIT ?)"
     " UNION ALL SELECT * FROM (SELECT seq, id, thread_id, agent, idempotency_key, input_json,"
-    " input_digest, due_at, created_at FROM tl_delayed INDEXED BY tl_delayed_due"
+    " input_digest, due_at, created_at, submitted_by FROM tl_delayed"
+    " INDEXED BY tl_delayed_due"
     " WHERE due_at > ? ORDER BY due_at, seq LIMIT 1)"
 )
 _NEXT_DUE = "SELECT due_at FROM tl_delayed INDEXED BY tl_delayed_due ORDER BY due_at LIMIT 1"
@@ -71,6 +73,8 @@ class Delayed:
     input_digest: str
     due_at: int
     created_at: int
+    #: The subject of the principal that submitted it (None: unknown, or no principal).
+    submitted_by: str | None = None
 
     @property
     def submission(self) -> ScheduledSubmission:
@@ -79,6 +83,7 @@ class Delayed:
             id=self.id, thread_id=self.thread_id, agent=self.agent,
             idempotency_key=self.idempotency_key, input=decode_json(self.input_json),
             not_before=self.due_at, created_at=self.created_at,
+            submitted_by=self.submitted_by,
         )
 
 
@@ -88,6 +93,7 @@ def _delayed(row: Row) -> Delayed:
         agent=str(row["agent"]), idempotency_key=row["idempotency_key"],
         input_json=str(row["input_json"]), input_digest=str(row["input_digest"]),
         due_at=int(row["due_at"]), created_at=int(row["created_at"]),
+        submitted_by=row["submitted_by"],
     )
 
 
@@ -138,13 +144,15 @@ def insert(
     input_digest: str,
     due_at: int,
     now: int,
+    submitted_by: str | None = None,
 ) -> ScheduledSubmission:
     """Write a delayed submission; the caller enrolls its due time in the same transaction."""
     storage.exec(_INSERT, submission_id, thread_id, agent, idempotency_key, input_json,
-                 input_digest, due_at, now)
+                 input_digest, due_at, now, submitted_by)
     return ScheduledSubmission(
         id=submission_id, thread_id=thread_id, agent=agent, idempotency_key=idempotency_key,
         input=decode_json(input_json), not_before=due_at, created_at=now,
+        submitted_by=submitted_by,
     )
 
 

@@ -2,19 +2,20 @@
 
 It holds what agents emit and, under the reserved kinds of :mod:`threadline.records`, the
 runtime's own facts: a settlement (``submission.settled``), an approval request
-(``approval.requested``), a message refused for good (``message.failed``). Each record is
-appended in the transaction of the fact it reports, so a consumer that has read a Thread up to
-some seq has missed nothing before it: the SSE stream resumes from a seq, subscribers keep one
-cursor per Thread.
+(``approval.requested``) and its decision (``approval.decided``), a message refused for good
+(``message.failed``). Each record is appended in the transaction of the fact it reports, so a
+consumer that has read a Thread up to some seq has missed nothing before it: the SSE stream
+resumes from a seq, subscribers keep one cursor per Thread.
 
 Record ids are derived from the submission and the record's place in it (``<submission>:settled``,
-``<submission>:approval:<key>``, ``<submission>:<step key>``), never from a clock or a counter of
-this incarnation, so a replayed Attempt finds its record already written instead of appending a
-duplicate, and a consumer can deduplicate deliveries by id. The log does not enforce them
-unique (an index would cost a billed row per record): each writer appends its id once by the
-guard of its own fact, a settlement by its compare-and-set, an approval request by its wait's
-uniqueness, an emitted record by its Attempt finding the submission's records already written
-(:func:`submission_records`).
+``<submission>:approval:<key>``, ``<submission>:approval:<key>:decided``,
+``<submission>:<step key>``), never from a clock or a counter of this incarnation, so a replayed
+Attempt finds its record already written instead of appending a duplicate, and a consumer can
+deduplicate deliveries by id. The log does not enforce them unique (an index would cost a
+billed row per record): each writer appends its id once by the guard of its own fact, a
+settlement by its compare-and-set, an approval request by its wait's uniqueness, a decision by
+the compare-and-set that resolves its wait, an emitted record by its Attempt finding the
+submission's records already written (:func:`submission_records`).
 """
 
 from __future__ import annotations

@@ -15,8 +15,9 @@ from threadline.clock import Clock
 from threadline.config import RuntimeConfig
 from threadline.errors import Conflict, NotFound, PayloadTooLarge, ValidationFailed
 from threadline.ids import IdSource
+from threadline.records import APPROVAL_DECIDED
 from threadline.storage.port import Row, Storage
-from threadline.threads import delayed, journal, transitions, waits
+from threadline.threads import delayed, history, journal, transitions, waits
 from threadline.threads.model import (
     AbortState,
     Admission,
@@ -32,6 +33,7 @@ from threadline.threads.model import (
     WaitState,
     WorkItem,
     check_id,
+    check_subject,
     digest,
     encode_json,
 )
@@ -80,16 +82,18 @@ _CREATE_THREAD = (
 _NEXT_SEQ = "SELECT COALESCE(MAX(seq), 0) + 1 AS seq FROM tl_submissions WHERE thread_id = ?"
 _INSERT = (
     "INSERT INTO tl_submissions (id, thread_id, seq, agent, idempotency_key, input_json,"
-    " input_digest, state, not_before, created_at, updated_at)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?)"
+    " input_digest, state, not_before, created_at, updated_at, submitted_by)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?)"
 )
 _READ_INTENT = (
-    "SELECT submission_id, state, reason, requested_at, applied_at FROM tl_abort_intents"
-    " WHERE submission_id = ?"
+    "SELECT submission_id, state, reason, requested_at, applied_at, requested_by"
+    " FROM tl_abort_intents WHERE submission_id = ?"
 )
+# The first abort requested is the one kept, with its reason and who asked: a second request
+# while a running Attempt has yet to observe the first changes nothing.
 _ACCEPT_INTENT = (
-    "INSERT INTO tl_abort_intents (submission_id, state, reason, requested_at)"
-    " VALUES (?, 'accepted', ?, ?) ON CONFLICT (submission_id) DO NOTHING"
+    "INSERT INTO tl_abort_intents (submission_id, state, reason, requested_at, requested_by)"
+    " VALUES (?, 'accepted', ?, ?, ?) ON CONFLICT (submission_id) DO NOTHING"
 )
 
 #: Longest abort reason kept: it is a note for people, stored with the intent and the error.
@@ -127,6 +131,8 @@ class AbortIntent:
     reason: str | None
     requested_at: int
     applied_at: int | None
+    #: The subject of the principal that requested it (None: unknown).
+    requested_by: str | None = None
 
 
 def work_item(row: Row) -> WorkItem:
@@ -204,6 +210,7 @@ class Ledger:
             reason=row["reason"],
             requested_at=int(row["requested_at"]),
             applied_at=row["applied_at"],
+            requested_by=row["requested_by"],
         )
 
     # -- admission ---------------------------------------------------------------------------
@@ -216,6 +223,7 @@ class Ledger:
         idempotency_key: str | None = None,
         *,
         not_before: int | None = None,
+        subject: str | None = None,
     ) -> Admission:
         """Admit input for a Thread, behind its earlier submissions (FIFO ``seq``).
 
@@ -232,8 +240,12 @@ class Ledger:
         now admits at once; one more than 366 days ahead raises :class:`ValidationFailed`.
         The delayed row, its due time on the ``threadline:delayed`` lane and the alarm commit
         together.
+
+        ``subject`` names the principal that submitted it (``submitted_by``; None: unknown).
+        A replay returns the submission as it was made, with the subject of its admission.
         """
         check_id(thread_id, field="thread")
+        subject = check_subject(subject)
         check_id(agent, field="agent")
         if idempotency_key is not None:
             check_id(idempotency_key, field="idempotency_key")
@@ -265,13 +277,14 @@ class Ledger:
                 scheduled = delayed.insert(
                     self.storage, submission_id=submission_id, thread_id=thread_id,
                     agent=agent, idempotency_key=idempotency_key, input_json=input_json,
-                    input_digest=input_digest, due_at=due_at, now=now,
+                    input_digest=input_digest, due_at=due_at, now=now, submitted_by=subject,
                 )
                 self.gate.schedule_fact(DELAYED, due_at)
                 return Admission(scheduled, created=True)
             enqueue(self.storage, submission_id=submission_id, thread_id=thread_id, agent=agent,
                     idempotency_key=idempotency_key, input_json=input_json,
-                    input_digest=input_digest, not_before=due_at, now=now)
+                    input_digest=input_digest, not_before=due_at, now=now,
+                    submitted_by=subject)
             return Admission(self.get(submission_id), created=True)
 
         if later:
@@ -320,23 +333,40 @@ class Ledger:
 
     # -- operator decisions ------------------------------------------------------------------
 
-    def request_abort(self, submission_id: str, reason: str | None = None) -> Submission:
+    def request_abort(
+        self, submission_id: str, reason: str | None = None, *, subject: str | None = None
+    ) -> Submission:
         """Make an abort intent durable at once; settle now unless an Attempt is running.
 
         A running Attempt observes the intent at its next step boundary (or its settlement);
         if its lease expires first, recovery settles it aborted. Aborting a settled submission
         changes nothing and returns it. Input joined into a running head settles with that
         head: aborting it alone raises :class:`Conflict` (abort the head instead), and the
-        head's abort settles it aborted too.
+        head's abort settles it aborted too. ``subject`` names who asked (the intent's
+        ``requested_by``, the settlement record's ``aborted_by``); the first request kept is
+        the one that counts.
         """
         reason = check_abort_reason(reason)
+        subject = check_subject(subject)
+        return self._abort(submission_id, reason, subject)
+
+    def _abort(
+        self,
+        submission_id: str,
+        reason: str | None,
+        subject: str | None,
+        resolving: waits.Wait | None = None,
+    ) -> Submission:
+        """:meth:`request_abort`, checked; ``resolving`` is the Unknown Outcome an abort
+        resolution resolves in the same transaction (its wait keeps the decision and who made
+        it, and the settlement record names them as ``resolved_by``)."""
         try:
             current = self.get(submission_id)
         except NotFound:
             waiting = delayed.get(self.storage, submission_id)
             if waiting is None:
                 raise
-            return self._abort_scheduled(waiting.submission, reason)
+            return self._abort_scheduled(waiting.submission, reason, subject)
         if current.state is SubmissionState.SETTLED:
             return current
         if current.state is SubmissionState.JOINED:
@@ -348,7 +378,12 @@ class Ledger:
 
         def write() -> Submission:
             now = self.clock.now_ms()
-            self.storage.exec(_ACCEPT_INTENT, submission_id, reason, now)
+            self.storage.exec(_ACCEPT_INTENT, submission_id, reason, now, subject)
+            if resolving is not None and not waits.resolve(
+                self.storage, resolving.id, now=now, decided_by=subject,
+                decision_json=encode_json({"action": Resolution.ABORT.value, "result": None}),
+            ):
+                raise Conflict("the unknown outcome changed while it was being resolved")
             if current.state in _ABORT_AT_ONCE and not transitions.settle(
                 self.storage,
                 submission_id,
@@ -358,13 +393,16 @@ class Ledger:
                 outcome=Outcome.ABORTED,
                 now=now,
                 error=transitions.aborted_error(reason),
+                resolved_by=None if resolving is None else subject,
             ):
                 raise Conflict("the submission changed while it was being aborted")
             return self.get(submission_id)
 
         return commit_fact(self.gate, write, (NATIVE, PUBLICATION), thread=current.thread_id)
 
-    def _abort_scheduled(self, scheduled: ScheduledSubmission, reason: str | None) -> Submission:
+    def _abort_scheduled(
+        self, scheduled: ScheduledSubmission, reason: str | None, subject: str | None
+    ) -> Submission:
         """Abort a submission that has not fallen due: it settles ``aborted`` at once.
 
         It is admitted and settled in one transaction (so its id answers like any settled
@@ -378,7 +416,7 @@ class Ledger:
             row = delayed.get(self.storage, scheduled.id)
             if row is None or not admit_delayed(self.storage, row, now):
                 return None
-            self.storage.exec(_ACCEPT_INTENT, scheduled.id, reason, now)
+            self.storage.exec(_ACCEPT_INTENT, scheduled.id, reason, now, subject)
             if not transitions.settle(
                 self.storage, scheduled.id, thread_id=scheduled.thread_id,
                 state=SubmissionState.QUEUED, revision=0, outcome=Outcome.ABORTED, now=now,
@@ -389,16 +427,24 @@ class Ledger:
 
         # Settled on arrival: no native work, only a settlement to publish.
         aborted = commit_fact(self.gate, write, (PUBLICATION,), thread=scheduled.thread_id)
-        return aborted if aborted is not None else self.request_abort(scheduled.id, reason)
+        return aborted if aborted is not None else self._abort(scheduled.id, reason, subject)
 
     def decide_approval(
-        self, submission_id: str, key: str, *, approved: bool, payload: JsonValue = None
+        self,
+        submission_id: str,
+        key: str,
+        *,
+        approved: bool,
+        payload: JsonValue = None,
+        subject: str | None = None,
     ) -> ApprovalDecision:
         """Decide an open approval; the submission becomes ready once nothing else is open.
 
         Deciding again with the same decision returns it; a different decision raises
-        :class:`Conflict`.
+        :class:`Conflict`. ``subject`` names who decided: kept on the wait (``decided_by``)
+        and in the ``approval.decided`` record written with the decision.
         """
+        subject = check_subject(subject)
         decision = ApprovalDecision(bool(approved), payload)
         self._check_value(payload, field="payload")
         decision_json = encode_json({"approved": decision.approved, "payload": payload},
@@ -416,23 +462,42 @@ class Ledger:
 
         def write() -> ApprovalDecision:
             now = self.clock.now_ms()
-            if not waits.resolve(self.storage, wait.id, decision_json=decision_json, now=now):
+            if not waits.resolve(self.storage, wait.id, decision_json=decision_json, now=now,
+                                 decided_by=subject):
                 raise Conflict(f"approval {key!r} changed while it was being decided")
+            body: dict[str, JsonValue] = {"submission_id": submission_id, "key": key,
+                                          "approved": decision.approved}
+            if subject is not None:
+                body["decided_by"] = subject
+            # Under the wait's compare-and-set: a decision delivered twice is logged once.
+            history.append_history(
+                self.storage, record_id=f"{submission_id}:approval:{key}:decided",
+                thread_id=current.thread_id, submission_id=submission_id,
+                kind=APPROVAL_DECIDED, body_json=encode_json(body, max_depth=None), now=now)
             self._wake_if_unblocked(current, now)
             return decision
 
         return commit_fact(self.gate, write, thread=current.thread_id)
 
     def resolve_unknown(
-        self, submission_id: str, action: Resolution | str, result: JsonValue = None
+        self,
+        submission_id: str,
+        action: Resolution | str,
+        result: JsonValue = None,
+        *,
+        subject: str | None = None,
     ) -> Submission:
         """Resolve an Unknown Outcome: ``retry`` the step, ``accept`` a result for it, or
         ``abort`` the submission.
 
         Only a submission in ``unknown`` can be resolved; anything else raises
         :class:`Conflict`, so a resolution delivered twice changes the ledger once.
+        ``subject`` names who resolved it: kept on the wait (``decided_by``); an abort also
+        keeps it on its intent and names it in the settlement record (``aborted_by``,
+        ``resolved_by``).
         """
         action = check_resolution(action)
+        subject = check_subject(subject)
         current = self.get(submission_id)
         if current.state is not SubmissionState.UNKNOWN:
             raise Conflict(f"submission {submission_id!r} is {current.state.value}, not unknown")
@@ -443,7 +508,8 @@ class Ledger:
         wait = pending[0]
         step_key = wait.payload["step"]
         if action is Resolution.ABORT:
-            return self.request_abort(submission_id, "unknown outcome resolved by abort")
+            return self._abort(submission_id, "unknown outcome resolved by abort", subject,
+                               resolving=wait)
         value_json = (self._check_value(result, field="result")
                       if action is Resolution.ACCEPT else None)
 
@@ -451,7 +517,8 @@ class Ledger:
             now = self.clock.now_ms()
             decision = {"action": action.value, "result": result}
             if not waits.resolve(self.storage, wait.id,
-                                 decision_json=encode_json(decision, max_depth=None), now=now):
+                                 decision_json=encode_json(decision, max_depth=None), now=now,
+                                 decided_by=subject):
                 raise Conflict("the unknown outcome changed while it was being resolved")
             if action is Resolution.ACCEPT:
                 journal.resolve_started(self.storage, submission_id, step_key,
@@ -520,15 +587,18 @@ def enqueue(
     now: int,
     not_before: int | None = None,
     created_at: int | None = None,
+    submitted_by: str | None = None,
 ) -> None:
     """Write a new queued submission at the end of its Thread's FIFO (creating the Thread).
 
     Inside the caller's gate transaction, which records the admission (new native work).
+    ``submitted_by`` is the subject of the principal that submitted it, if one did.
     """
     storage.exec(_CREATE_THREAD, thread_id, now, now)
     seq = int(storage.exec(_NEXT_SEQ, thread_id).one()["seq"])
     storage.exec(_INSERT, submission_id, thread_id, seq, agent, idempotency_key, input_json,
-                 input_digest, not_before, now if created_at is None else created_at, now)
+                 input_digest, not_before, now if created_at is None else created_at, now,
+                 submitted_by)
 
 
 def admit_delayed(storage: Storage, row: delayed.Delayed, now: int) -> bool:
@@ -541,7 +611,7 @@ def admit_delayed(storage: Storage, row: delayed.Delayed, now: int) -> bool:
     enqueue(storage, submission_id=row.id, thread_id=row.thread_id, agent=row.agent,
             idempotency_key=row.idempotency_key, input_json=row.input_json,
             input_digest=row.input_digest, now=now, not_before=row.due_at,
-            created_at=row.created_at)
+            created_at=row.created_at, submitted_by=row.submitted_by)
     return True
 
 

@@ -184,6 +184,9 @@ class Submission:
     #: The head this submission was joined into as follow-up input (``turn.followups()``),
     #: kept after it settles; None for input that ran on its own.
     joined_to: str | None = None
+    #: The subject of the principal that submitted it (None: unknown, or no principal: a
+    #: message from another Thread, a schedule's run, an agent's own admission).
+    submitted_by: str | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Submission:
@@ -211,6 +214,7 @@ class Submission:
             loss_position=row["loss_position"],
             loss_cause=None if row["loss_cause"] is None else LossCause(row["loss_cause"]),
             joined_to=row["joined_to"],
+            submitted_by=row["submitted_by"],
         )
 
 
@@ -235,6 +239,8 @@ class ScheduledSubmission:
     #: When it falls due (epoch ms).
     not_before: int
     created_at: int
+    #: The subject of the principal that submitted it (None: unknown, or no principal).
+    submitted_by: str | None = None
 
     @property
     def state(self) -> str:
@@ -403,6 +409,27 @@ def check_id(value: str, *, field: str) -> str:
     return value
 
 
+#: Longest subject recorded: the bound ``threadline.access`` puts on a principal's subject.
+MAX_SUBJECT_CHARS = 256
+
+
+def check_subject(value: object, *, field: str = "subject") -> str | None:
+    """A principal's subject as recorded on what it causes: None (unknown), or printable text
+    of 1 to ``MAX_SUBJECT_CHARS`` characters, the rule ``threadline.access.Principal`` applies.
+
+    Anything else raises :class:`ValidationFailed` naming ``field``, before anything is written.
+    """
+    if value is None:
+        return None
+    if (not isinstance(value, str) or not value or len(value) > MAX_SUBJECT_CHARS
+            or not value.isprintable()):
+        raise ValidationFailed(
+            f"{field} must be printable text of 1 to {MAX_SUBJECT_CHARS} characters",
+            field=field,
+        )
+    return value
+
+
 def error_envelope(exc: BaseException, *, attempt: int) -> dict[str, JsonValue]:
     """The JSON an Attempt's failure is stored as.
 
@@ -426,6 +453,7 @@ __all__ = [
     "ID_PATTERN",
     "MAX_ERROR_MESSAGE_CHARS",
     "MAX_SLEEP_SECONDS",
+    "MAX_SUBJECT_CHARS",
     "SCHEDULED",
     "AbortState",
     "Admission",
@@ -444,6 +472,7 @@ __all__ = [
     "WaitState",
     "WorkItem",
     "check_id",
+    "check_subject",
     "decode_json",
     "digest",
     "encode_json",

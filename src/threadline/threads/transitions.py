@@ -56,6 +56,7 @@ _SETTLE = (
     " dormant = 0, revision = revision + 1, lease_owner = NULL, lease_expires_at = NULL,"
     " not_before = NULL, loss_streak = COALESCE(?, loss_streak), settled_at = ?,"
     " updated_at = ? WHERE id = ? AND state = ? AND revision = ?"
+    " RETURNING submitted_by"
 )
 # A lost claim is readied in one UPDATE that also counts the loss: no row more than the move
 # it replaces, and running -> ready stays out of the open-work index as every move does.
@@ -87,9 +88,11 @@ _RELEASE = (
     " WHERE settled_at IS NULL AND dormant = 1 AND thread_id = ?"
     " AND state IN ('queued', 'ready')"
 )
+# Both name who caused the settlement for its record, from the rows they write anyway: no
+# statement more than the settlement needs without them.
 _APPLY_ABORT = (
     "UPDATE tl_abort_intents SET state = 'applied', applied_at = ?"
-    " WHERE submission_id = ? AND state = 'accepted'"
+    " WHERE submission_id = ? AND state = 'accepted' RETURNING requested_by"
 )
 _READ_INTENT_STATE = "SELECT state FROM tl_abort_intents WHERE submission_id = ?"
 _READ_INTENT_REASON = "SELECT state, reason FROM tl_abort_intents WHERE submission_id = ?"
@@ -216,6 +219,7 @@ def settle(
     error: JsonValue = None,
     loss_counted: bool = False,
     joined_to: str | None = None,
+    resolved_by: str | None = None,
 ) -> bool:
     """Settle once: the submission, its open waits, its abort intent and its
     ``submission.settled`` record in the Thread's log, written once by this compare-and-set;
@@ -227,18 +231,23 @@ def settle(
     the loss streak unless ``loss_counted``. Returns False, having changed nothing, when the
     submission is no longer at ``(state, revision)`` (it was settled, or moved, by someone
     else first).
+
+    The record names who caused what it reports, each only when known: ``submitted_by``
+    (whoever submitted it), ``aborted_by`` (whoever requested the abort an aborted
+    submission settles by) and ``resolved_by`` (given: whoever resolved its Unknown Outcome
+    by aborting it).
     """
     error_json = None if error is None else encode_json(error)
-    written = storage.exec(
+    settled = storage.exec(
         _SETTLE, outcome.value, result_json, error_json, _streak_after(state, loss_counted),
         now, now, submission_id, state.value, revision,
-    ).changed
-    if written != 1:
+    )
+    if settled.changed != 1:
         return False
     if state is SubmissionState.SUSPENDED:
         release_followers(storage, thread_id)
     waits.cancel_open(storage, submission_id, now=now)
-    storage.exec(_APPLY_ABORT, now, submission_id)
+    intent = storage.exec(_APPLY_ABORT, now, submission_id).first()
     body: dict[str, JsonValue] = {"submission_id": submission_id, "outcome": outcome.value}
     if result_json is not None:
         body["result"] = decode_json(result_json)
@@ -246,6 +255,13 @@ def settle(
         body["error"] = error
     if joined_to is not None:
         body["joined_to"] = joined_to
+    submitted_by = settled.one()["submitted_by"]
+    if submitted_by is not None:
+        body["submitted_by"] = submitted_by
+    if outcome is Outcome.ABORTED and intent is not None and intent["requested_by"] is not None:
+        body["aborted_by"] = intent["requested_by"]
+    if resolved_by is not None:
+        body["resolved_by"] = resolved_by
     history.append_history(
         storage,
         record_id=f"{submission_id}:settled",

@@ -88,8 +88,8 @@ FOLLOWUPS_JOINED = "followups:joined"
 
 #: What ``emit(kind=...)`` accepts: a letter, then up to 63 of ``[A-Za-z0-9_.:-]``.
 KIND_PATTERN = r"[A-Za-z][A-Za-z0-9_.:-]{0,63}"
-#: Record kinds the runtime publishes itself (``submission.settled``, ``approval.requested``)
-#: and may add to; an agent's record may not pass for one of them.
+#: Record kinds the runtime publishes itself (``submission.settled``, ``approval.requested``,
+#: ``approval.decided``) and may add to; an agent's record may not pass for one of them.
 RESERVED_KIND_PREFIXES = ("submission.", "approval.", "threadline.")
 #: Bounds a RetryPolicy is checked against when it is built.
 MAX_STEP_TRIES = 100

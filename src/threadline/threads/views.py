@@ -46,7 +46,7 @@ _KEYED_AGENT = "SELECT agent FROM tl_submissions WHERE thread_id = ? AND idempot
 _LATEST_AGENT = "SELECT agent FROM tl_submissions WHERE thread_id = ? ORDER BY seq DESC LIMIT 1"
 _WAITS_OF = (
     "SELECT kind, wait_key, state, payload_json, decision_json, wake_at, created_at,"
-    " resolved_at FROM tl_waits WHERE submission_id = ? ORDER BY created_at, id"
+    " resolved_at, decided_by FROM tl_waits WHERE submission_id = ? ORDER BY created_at, id"
 )
 _JOURNAL_OF = (
     "SELECT step_key, position, effect, state, attempt, started_at, finished_at"
@@ -117,6 +117,8 @@ class WaitRecord:
     wake_at: int | None
     created_at: int
     resolved_at: int | None
+    #: Who decided it (an approval) or resolved it (an Unknown Outcome); None: unknown.
+    decided_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +189,7 @@ def waits_of(storage: Storage, submission_id: str) -> list[WaitRecord]:
             wake_at=row["wake_at"],
             created_at=int(row["created_at"]),
             resolved_at=row["resolved_at"],
+            decided_by=row["decided_by"],
         )
         for row in storage.exec(_WAITS_OF, submission_id)
     ]

@@ -39,7 +39,7 @@ _INSERT = (
     " ON CONFLICT (submission_id, kind, wait_key) DO NOTHING"
 )
 _RESOLVE = (
-    "UPDATE tl_waits SET state = 'resolved', decision_json = ?, resolved_at = ?"
+    "UPDATE tl_waits SET state = 'resolved', decision_json = ?, resolved_at = ?, decided_by = ?"
     " WHERE id = ? AND state = 'open'"
 )
 _CANCEL_OPEN = (
@@ -130,9 +130,19 @@ def open_wait(
     return written == 1
 
 
-def resolve(storage: Storage, wait_id: str, *, decision_json: str | None, now: int) -> bool:
-    """Resolve an open wait; False when it was no longer open (nothing changed)."""
-    return storage.exec(_RESOLVE, decision_json, now, wait_id).changed == 1
+def resolve(
+    storage: Storage,
+    wait_id: str,
+    *,
+    decision_json: str | None,
+    now: int,
+    decided_by: str | None = None,
+) -> bool:
+    """Resolve an open wait; False when it was no longer open (nothing changed).
+
+    ``decided_by`` is the subject of the principal whose decision resolved it (None: unknown,
+    or no principal: a timer falling due, an event)."""
+    return storage.exec(_RESOLVE, decision_json, now, decided_by, wait_id).changed == 1
 
 
 def cancel_open(storage: Storage, submission_id: str, *, now: int) -> int:
