@@ -30,6 +30,7 @@ from enum import StrEnum
 from typing import Any
 
 from threadline.clock import SystemClock
+from threadline.threads.model import MAX_SUBJECT_CHARS, valid_subject
 
 #: The secret holding the signing keys of scoped tokens.
 SIGNING_KEYS_SECRET = "THREADLINE_SIGNING_KEYS"  # noqa: S105 - the name of the secret
@@ -54,7 +55,6 @@ MIN_SECRET_LENGTH = 32
 
 _KEY_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
 _SCOPE_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-_SUBJECT_MAX = 256
 
 
 class Capability(StrEnum):
@@ -97,11 +97,10 @@ def _scope_id(name: str, value: str | None) -> str | None:
 
 
 def _subject(value: str | None) -> str | None:
-    if value is not None and (
-        not isinstance(value, str) or not value or len(value) > _SUBJECT_MAX
-        or not value.isprintable()
-    ):
-        raise ValueError(f"subject must be printable text of 1 to {_SUBJECT_MAX} characters")
+    if value is not None and not valid_subject(value):
+        raise ValueError(
+            f"subject must be printable text of 1 to {MAX_SUBJECT_CHARS} characters, without"
+            " surrounding whitespace")
     return value
 
 

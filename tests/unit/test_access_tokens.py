@@ -181,3 +181,9 @@ def test_a_principal_reaches_only_its_space_thread_and_capabilities() -> None:
     assert access.OPERATOR.allows(Capability.ADMIN, "any", None)
     with pytest.raises(ValueError, match="name its space"):
         access.Principal(thread="t1")
+
+
+def test_a_subject_with_surrounding_whitespace_is_refused_at_minting() -> None:
+    # A header carries the subject to the object, and headers lose surrounding whitespace.
+    with pytest.raises(ValueError, match="whitespace"):
+        _token(subject=" user:42 ")

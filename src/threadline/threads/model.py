@@ -12,7 +12,7 @@ import json
 import re
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeGuard
 
 from threadline.errors import ValidationFailed, ValueTooLarge
 
@@ -413,6 +413,13 @@ def check_id(value: str, *, field: str) -> str:
 MAX_SUBJECT_CHARS = 256
 
 
+def valid_subject(value: object) -> TypeGuard[str]:
+    """True for printable text of 1 to ``MAX_SUBJECT_CHARS`` characters without surrounding
+    whitespace (an HTTP header, which carries it to the object, would lose that)."""
+    return (isinstance(value, str) and 0 < len(value) <= MAX_SUBJECT_CHARS
+            and value.isprintable() and value == value.strip())
+
+
 def check_subject(value: object, *, field: str = "subject") -> str | None:
     """A principal's subject as recorded on what it causes: None (unknown), or printable text
     of 1 to ``MAX_SUBJECT_CHARS`` characters, the rule ``threadline.access.Principal`` applies.
@@ -421,10 +428,10 @@ def check_subject(value: object, *, field: str = "subject") -> str | None:
     """
     if value is None:
         return None
-    if (not isinstance(value, str) or not value or len(value) > MAX_SUBJECT_CHARS
-            or not value.isprintable()):
+    if not valid_subject(value):
         raise ValidationFailed(
-            f"{field} must be printable text of 1 to {MAX_SUBJECT_CHARS} characters",
+            f"{field} must be printable text of 1 to {MAX_SUBJECT_CHARS} characters, without"
+            " surrounding whitespace",
             field=field,
         )
     return value
