@@ -4,8 +4,7 @@
   ``CappedThreadObject`` (binding ``CAPPED_THREADS``): at most :data:`CAPPED_STREAMS` event
   streams per space, a one-second heartbeat (a departed client is noticed within a second).
 - The API of spaces named ``mem-*`` is served by ``MeasuredThreadObject`` (binding
-  ``MEASURED_THREADS``): caps far above what is measured, and a heartbeat of 300 s, so that
-  streams held open unread are not closed by the stall bound while they are measured.
+  ``MEASURED_THREADS``): caps far above what is measured, the default heartbeat (15 s).
 - ``/_streams/{space}/count`` answers, from the object of a ``caps-*`` or ``mem-*`` space, its
   open streams (slots and subscriptions) and the size of its Python heap (Pyodide's wasm memory).
 - ``/_streams/idle`` is an endless stream the Worker serves by itself (no object): what one open
@@ -38,15 +37,16 @@ capped_app = Application(RuntimeConfig(
 ))
 
 
+measured_app = Application(RuntimeConfig(
+    max_event_streams=10_000, max_event_streams_per_subject=10_000,
+))
+
+
 @capped_app.agent("echo")
+@measured_app.agent("echo")
 async def echo(turn: Any) -> Any:
     """Returns its input: a Thread with a record to stream."""
     return turn.input
-
-
-measured_app = Application(RuntimeConfig(
-    max_event_streams=10_000, max_event_streams_per_subject=10_000, sse_heartbeat_ms=300_000,
-))
 
 
 class CappedApiWorker(AppDefault):
