@@ -330,6 +330,7 @@ class Client:
         *,
         reconnect_delay: float = 1.0,
         max_reconnects: int | None = None,
+        max_busy_retries: int = 5,
     ) -> Iterator[ThreadEvent]:
         """The Thread's live events (records after seq ``after``, or all; state changes).
 
@@ -341,12 +342,15 @@ class Client:
         Never ends on its own: a lost connection is reopened after ``reconnect_delay`` s with
         ``Last-Event-ID`` set to the last record's seq, so records arrive once each, in order.
         ``max_reconnects`` bounds consecutive failed reconnects (None: no bound). A refused
-        request raises the library's error. Stop by closing the iterator (or breaking out).
+        request raises the library's error, except a busy one: a 429 (this principal holds too
+        many streams) or 503 (the space serves all it can) with ``Retry-After`` is waited out
+        (through the client's ``sleep``, at most 60 s a time) and asked again, up to
+        ``max_busy_retries`` times in a row. Stop by closing the iterator (or breaking out).
         """
         return iter_events(
             self._http, _thread(space, thread) + "/events", after=after,
             check=raise_for_problem, sleep=self._sleep, reconnect_delay=reconnect_delay,
-            max_reconnects=max_reconnects,
+            max_reconnects=max_reconnects, max_busy_retries=max_busy_retries,
         )
 
     def resolve(
@@ -477,12 +481,13 @@ class AsyncClient:
         *,
         reconnect_delay: float = 1.0,
         max_reconnects: int | None = None,
+        max_busy_retries: int = 5,
     ) -> AsyncIterator[ThreadEvent]:
         """See :meth:`Client.events` (iterate with ``async for``; stop with ``aclose()``)."""
         return aiter_events(
             self._http, _thread(space, thread) + "/events", after=after,
             check=raise_for_problem, sleep=self._sleep, reconnect_delay=reconnect_delay,
-            max_reconnects=max_reconnects,
+            max_reconnects=max_reconnects, max_busy_retries=max_busy_retries,
         )
 
     async def resolve(

@@ -6,7 +6,10 @@ A dropped connection (a transport error, or the server ending the response) is r
 caller have no gap and no duplicate. Submission state events carry no seq and are live only:
 those sent while the connection was down are not replayed (each new connection opens with
 the current state of the open submissions). A refused request raises the library's error at
-once, without reconnecting.
+once, without reconnecting, except a busy answer: a 429 (this principal holds too many streams)
+or 503 (the space serves all the streams it can) with ``Retry-After`` is waited out (at most
+:data:`MAX_RETRY_AFTER_S` per wait) and the request sent again, a bounded number of times in a
+row before its error is raised.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any, Literal
 
 import httpx
@@ -23,6 +28,10 @@ from threadline.api.models import HistoryRecord
 
 EventKind = Literal["record", "submission"]
 _KINDS: frozenset[str] = frozenset({"record", "submission"})
+#: The longest wait a ``Retry-After`` gets: a server asking for more is asked again sooner.
+MAX_RETRY_AFTER_S = 60.0
+#: Statuses whose ``Retry-After`` means "busy now, ask again then".
+_BUSY = frozenset({429, 503})
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,13 +80,36 @@ def _headers(last_seq: int | None) -> dict[str, str]:
     return headers
 
 
+def retry_after(response: httpx.Response) -> float | None:
+    """The wait a busy answer (429 or 503) asks for, in seconds, bounded by
+    :data:`MAX_RETRY_AFTER_S`; None for any other answer, or one without a usable
+    ``Retry-After`` (delta-seconds or an HTTP date)."""
+    if response.status_code not in _BUSY:
+        return None
+    value = response.headers.get("retry-after", "").strip()
+    if value.isascii() and value.isdigit():
+        seconds = float(value)
+    else:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            return None
+        seconds = max(0.0, (when - datetime.now(UTC)).total_seconds())
+    return min(seconds, MAX_RETRY_AFTER_S)
+
+
 @dataclass(slots=True)
 class _Resume:
-    """Where the stream stands and how many reconnects in a row have failed."""
+    """Where the stream stands, how many reconnects in a row have failed and how many busy
+    answers in a row were waited out."""
 
     last_seq: int | None
     max_reconnects: int | None
+    max_busy_retries: int = 0
     failures: int = 0
+    busy: int = 0
 
     def headers(self) -> dict[str, str]:
         """The request headers of the next connection, resuming after the last record."""
@@ -91,6 +123,19 @@ class _Resume:
             if event.seq is not None:
                 self.last_seq = event.seq
         return event
+
+    def opened(self) -> None:
+        """A connection was accepted: the busy answers before it are forgotten."""
+        self.busy = 0
+
+    def wait_for(self, response: httpx.Response) -> float | None:
+        """How long to wait before asking again after the refusal ``response``; None when it
+        is not a busy answer, or the allowance of busy answers in a row is spent."""
+        delay = retry_after(response)
+        if delay is None or self.busy >= self.max_busy_retries:
+            return None
+        self.busy += 1
+        return delay
 
     def lost(self, error: Exception | None) -> None:
         """Count a lost connection; re-raise ``error`` once the allowance is spent."""
@@ -110,22 +155,31 @@ def iter_events(
     sleep: Callable[[float], None],
     reconnect_delay: float,
     max_reconnects: int | None,
+    max_busy_retries: int = 0,
 ) -> Iterator[ThreadEvent]:
     """Yield the stream's events for ever, reconnecting after each lost connection."""
-    state = _Resume(after, max_reconnects)
+    state = _Resume(after, max_reconnects, max_busy_retries)
     while True:
         error: Exception | None = None
+        busy: float | None = None
         try:
             with connect_sse(http, "GET", path, headers=state.headers()) as source:
                 if source.response.status_code >= 400:
                     source.response.read()
-                    check(source.response)
-                for sse in source.iter_sse():
-                    event = state.take(sse)
-                    if event is not None:
-                        yield event
+                    busy = state.wait_for(source.response)
+                    if busy is None:
+                        check(source.response)
+                else:
+                    state.opened()
+                    for sse in source.iter_sse():
+                        event = state.take(sse)
+                        if event is not None:
+                            yield event
         except httpx.TransportError as exc:
             error = exc
+        if busy is not None:
+            sleep(busy)
+            continue
         state.lost(error)
         sleep(reconnect_delay)
 
@@ -139,24 +193,40 @@ async def aiter_events(
     sleep: Callable[[float], Awaitable[None]],
     reconnect_delay: float,
     max_reconnects: int | None,
+    max_busy_retries: int = 0,
 ) -> AsyncIterator[ThreadEvent]:
     """The asynchronous twin of :func:`iter_events`."""
-    state = _Resume(after, max_reconnects)
+    state = _Resume(after, max_reconnects, max_busy_retries)
     while True:
         error: Exception | None = None
+        busy: float | None = None
         try:
             async with aconnect_sse(http, "GET", path, headers=state.headers()) as source:
                 if source.response.status_code >= 400:
                     await source.response.aread()
-                    check(source.response)
-                async for sse in source.aiter_sse():
-                    event = state.take(sse)
-                    if event is not None:
-                        yield event
+                    busy = state.wait_for(source.response)
+                    if busy is None:
+                        check(source.response)
+                else:
+                    state.opened()
+                    async for sse in source.aiter_sse():
+                        event = state.take(sse)
+                        if event is not None:
+                            yield event
         except httpx.TransportError as exc:
             error = exc
+        if busy is not None:
+            await sleep(busy)
+            continue
         state.lost(error)
         await sleep(reconnect_delay)
 
 
-__all__ = ["EventKind", "ThreadEvent", "aiter_events", "iter_events"]
+__all__ = [
+    "MAX_RETRY_AFTER_S",
+    "EventKind",
+    "ThreadEvent",
+    "aiter_events",
+    "iter_events",
+    "retry_after",
+]

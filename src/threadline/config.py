@@ -126,7 +126,12 @@ class RuntimeConfig(BaseModel):
         description=(
             "Event streams one object serves at once; beyond it a new stream is refused with"
             " 503 and Retry-After. Each open stream holds memory in the object, which the"
-            " platform caps at 128 MB."
+            " platform caps at 128 MB. Measured in local workerd (scripts/bench-streams): an"
+            " idle stream holds 50 to 95 KB in the object, next to a baseline Python heap of"
+            " 43 MB; while records fan out to every stream, memory rises by 0.3 to 0.45 MB per"
+            " stream over five submissions (outside the Python heap) and admissions slow"
+            " (0.3 to 1.4 s with 100 open, 2 to 4 s with 400). 100 keeps the streams' share"
+            " at 30 to 45 MB, so object and streams stay well within the 128 MB."
         ),
     )
     max_event_streams_per_subject: int = Field(

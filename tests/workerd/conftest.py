@@ -52,6 +52,10 @@ def bundle() -> Path:
         "SCHEDULED_THREADS=ScheduledThreadObject",
         "--durable-object",
         "SUBSCRIBED_THREADS=SubscribedThreadObject",
+        "--durable-object",
+        "CAPPED_THREADS=CappedThreadObject",
+        "--durable-object",
+        "MEASURED_THREADS=MeasuredThreadObject",
     ]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     return BUNDLE

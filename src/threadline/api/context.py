@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from threadline.api.stream_slots import StreamSlots
 from threadline.api.subscribers import ChangeFeed, Subscribers
 from threadline.clock import Clock
 from threadline.config import RuntimeConfig
@@ -106,6 +107,8 @@ class ApiContext:
     maintenance: MaintenanceSources = field(default_factory=NoMaintenanceSources)
     #: The event streams open on this object right now.
     subscribers: Subscribers = field(default_factory=Subscribers)
+    #: Slots of the event streams open on this object, against the configured caps.
+    streams: StreamSlots = field(default_factory=StreamSlots)
 
 
 __all__ = ["ApiContext", "MaintenanceSources", "NoMaintenanceSources"]

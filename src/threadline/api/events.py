@@ -19,6 +19,10 @@ Two kinds of events, chosen so that resuming is exact:
   replayed, and two changes between two reads show as one; what a client must not miss is a
   record (a settlement is one).
 
+Each open stream holds a slot of the object (:mod:`threadline.api.stream_slots`): beyond
+``max_event_streams`` per object, or ``max_event_streams_per_subject`` under one principal's
+stream key, a new stream is refused (503 / 429, with ``Retry-After``) before anything is read.
+
 The route opens on a Thread with no submission yet (a Thread exists for reading once it is
 named; opening writes nothing): the stream waits, and the first submission admitted to it is
 announced and its records follow like any other.
@@ -34,11 +38,13 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+from threadline.access import STREAM_KEY_HEADER
 from threadline.api.body import read_query
 from threadline.api.context import ApiContext
 from threadline.api.http import Request, Response
 from threadline.api.models import MAX_SAFE_INTEGER, EventsQuery
-from threadline.api.problems import InvalidHeader
+from threadline.api.problems import InvalidHeader, typed_problem
+from threadline.api.stream_slots import Refusal, SlotStream, retry_after_s
 from threadline.errors import ValidationFailed
 from threadline.threads import history, views
 from threadline.threads.model import decode_json
@@ -62,7 +68,10 @@ STREAM_DESCRIPTION = (
     "connection opens with the current state of the open submissions, then sends each change "
     "it observes; changes made while disconnected are not replayed. The stream opens on a "
     "Thread with no submission yet and waits for its first one. An idle stream sends the "
-    "comment `: keep-alive` every `sse_heartbeat_ms` (15 s by default)."
+    "comment `: keep-alive` every `sse_heartbeat_ms` (15 s by default). "
+    "A space serves at most `max_event_streams` streams at once and one principal at most "
+    "`max_event_streams_per_subject` of them: beyond, 503 `streams-exhausted` or 429 "
+    "`too-many-streams`, both with `Retry-After` (seconds)."
 )
 RECORD_EVENT = "record"
 SUBMISSION_EVENT = "submission"
@@ -182,22 +191,33 @@ async def events(ctx: ApiContext, request: Request, params: dict[str, str]) -> R
     """``GET .../threads/{thread}/events``: the Thread's records and state changes, live."""
     after = resume_point(request)
     thread_id = params["thread"]
-    # A Thread exists for reading once it is named: before its first admission the stream
-    # opens on an empty history and waits, so a client can subscribe before it submits.
-    last_seq = history.last_history_seq(ctx.storage, thread_id)
-    if after > last_seq:
-        # A seq this object never handed out: resuming there would skip records to come.
-        detail = f"{after} is past the Thread's last record ({last_seq})"
-        if request.header("last-event-id") is not None:
-            raise InvalidHeader(detail, field="Last-Event-ID")
-        raise ValidationFailed(detail, field="after")
+    # Counted before the read below, so that a refusal under load costs no storage read; a
+    # request refused afterwards gives its slot back at once.
+    slot = ctx.streams.take(request.header(STREAM_KEY_HEADER), ctx.config)
+    if isinstance(slot, Refusal):
+        return typed_problem(
+            slot.slug, slot.detail, headers={"retry-after": str(retry_after_s(ctx.config))})
+    try:
+        # A Thread exists for reading once it is named: before its first admission the
+        # stream opens on an empty history and waits, so a client can subscribe before it
+        # submits.
+        last_seq = history.last_history_seq(ctx.storage, thread_id)
+        if after > last_seq:
+            # A seq this object never handed out: resuming there would skip records to come.
+            detail = f"{after} is past the Thread's last record ({last_seq})"
+            if request.header("last-event-id") is not None:
+                raise InvalidHeader(detail, field="Last-Event-ID")
+            raise ValidationFailed(detail, field="after")
+    except BaseException:
+        slot.release()
+        raise
     headers = {
         "content-type": EVENT_STREAM,
         "cache-control": "no-cache",
         # Asks buffering proxies (nginx and alike) to pass each event through at once.
         "x-accel-buffering": "no",
     }
-    return Response(200, headers, stream=stream(ctx, thread_id, after))
+    return Response(200, headers, stream=SlotStream(stream(ctx, thread_id, after), slot))
 
 
 __all__ = [

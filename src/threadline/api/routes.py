@@ -107,6 +107,7 @@ ROUTES: list[Route] = [
           "A Thread's records and submission state changes, live (Server-Sent Events).",
           {200: (None, "An endless text/event-stream (see the operation's description).")},
           query=EventsQuery, media_type=events.EVENT_STREAM, query_token=True,
+          problems=(429, 503),
           headers=(("Last-Event-ID", "Resume after this history seq (wins over `after`)."),),
           description=events.STREAM_DESCRIPTION),
     Route("POST", _THREAD + "/submissions", submissions.submit, "submit",

@@ -10,7 +10,8 @@ test-only agents and two test-only routes (admit, status), so that a submission 
 admitted and then left to the alarm alone. ``/_schedules/`` computes schedule fire times in the
 Worker itself (``probe_schedules.py``). The API of spaces named ``sched-*`` is served by
 ``ScheduledThreadObject`` (binding ``SCHEDULED_THREADS``), whose app declares an ``every``
-schedule. Every other path goes to the app's ``Default``.
+schedule. The ``caps-*`` and ``mem-*`` spaces and ``/_streams/`` are ``probe_streams.py``'s.
+Every other path goes to the app's ``Default``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from urllib.parse import parse_qsl, urlsplit
 
 from probe_schedules import PREFIX as SCHEDULES
 from probe_schedules import answer as schedules_answer
+from probe_streams import CappedThreadObject, MeasuredThreadObject
+from probe_streams import answer as streams_answer
 from pyodide.ffi import jsnull
 from workers import DurableObject, Response
 
@@ -294,6 +297,9 @@ class Default(AppDefault):
         path = urlsplit(url).path
         if path.startswith(PROBE_API):
             return await ProbeApiWorker(self.ctx, self.env).fetch(request)
+        streams = await streams_answer(self, request)
+        if streams is not None:
+            return streams
         if path.startswith(SCHEDULED_API):
             return await ScheduledApiWorker(self.ctx, self.env).fetch(request)
         if path.startswith(SUBSCRIBED_API):
@@ -966,4 +972,11 @@ class StorageProbe(DurableObject):
         return {"fired": list(rows), **await self.state()}
 
 
-__all__ = ["Default", "ProbeThreadObject", "StorageProbe", "ThreadObject"]
+__all__ = [
+    "CappedThreadObject",
+    "Default",
+    "MeasuredThreadObject",
+    "ProbeThreadObject",
+    "StorageProbe",
+    "ThreadObject",
+]
