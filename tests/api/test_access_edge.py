@@ -372,3 +372,121 @@ def test_the_api_token_is_compared_in_constant_time(
     _problem(worker.call("GET", T1, token=API_TOKEN[:-1]), 401)
     assert compared == [(API_TOKEN.encode(), API_TOKEN.encode()),
                         (API_TOKEN[:-1].encode(), API_TOKEN.encode())]
+
+
+# -- what the edge forwards, and how it reads its configuration ----------------------------
+
+
+def test_ordinary_headers_reach_the_object_and_hop_headers_do_not(worker: Worker) -> None:
+    worker.call("GET", T1 + "/events", token=API_TOKEN, headers={
+        "last-event-id": "3", "accept": "text/event-stream", "connection": "keep-alive"})
+    _, request = worker.sent[-1]
+    assert request.headers["last-event-id"] == "3"
+    assert request.headers["accept"] == "text/event-stream"
+    assert "connection" not in request.headers
+
+
+def test_the_query_token_is_found_among_other_parameters(worker: Worker) -> None:
+    token = worker.mint()
+    answer = worker.call("GET", T1 + f"/events?after=0&access_token={token}&x=")
+    assert answer.status == 200
+    assert worker.sent[-1][1].query == {"after": ["0"], "x": [""]}
+
+
+def test_a_method_the_route_lacks_is_405_naming_the_allowed_ones(worker: Worker) -> None:
+    answer = worker.call("DELETE", T1, token=API_TOKEN)
+    assert _problem(answer, 405)["type"] == "urn:threadline:problem:method-not-allowed"
+    assert answer.headers["allow"] == "GET, HEAD"
+
+
+def test_a_bad_id_is_named_in_the_refusal(worker: Worker) -> None:
+    assert _problem(worker.call("GET", "/v1/spaces/acme/threads/a%20b", token=API_TOKEN),
+                    400)["field"] == "thread"
+
+
+def test_a_body_over_the_cap_is_refused_even_without_a_declared_length(api: Api) -> None:
+    worker = Worker(api)
+    cap = api.app.config.max_body_bytes
+    path = T1 + "/submissions"
+
+    def post(size: int) -> Response:
+        request = Request.from_url("POST", path, {"authorization": f"Bearer {API_TOKEN}"},
+                                   b"x" * size)
+        return run(worker.edge.serve(request, lambda name, r: api.space.handle(r)))
+
+    assert _problem(post(cap + 1), 413)["field"] == "body"
+    assert post(cap).status == 400  # read and parsed: not JSON
+
+
+def test_a_thread_scoped_admin_mints_only_for_its_thread(worker: Worker) -> None:
+    admin = worker.mint(thread="t1", capabilities=("admin", "read"))
+    grant = worker.call("POST", "/v1/tokens", {"space": "acme", "thread": "t1"}, token=admin)
+    assert grant.status == 201 and grant.json()["capabilities"] == ["read"]
+    _problem(worker.call("POST", "/v1/tokens", {"space": "acme", "thread": "t2"}, token=admin),
+             403)
+    _problem(worker.call("POST", "/v1/tokens", {"space": "acme"}, token=admin), 403)
+
+
+def test_minted_tokens_carry_the_requested_subject(worker: Worker) -> None:
+    grant = worker.call("POST", "/v1/tokens", {"space": "acme", "subject": "user:9"},
+                        token=API_TOKEN).json()
+    verified = access.verify(grant["token"], KEYS, now_ms=worker.api.clock.now_ms())
+    assert verified.principal.subject == "user:9"
+    assert grant["expires_at"] == verified.expires_at * 1000
+
+
+def test_the_preflight_allows_the_methods_and_headers_the_api_uses(worker: Worker) -> None:
+    answer = worker.call("OPTIONS", T1 + "/events", headers={
+        "origin": ORIGIN, "access-control-request-method": "GET"})
+    assert answer.headers["access-control-allow-methods"] == "GET, HEAD, POST"
+    assert "last-event-id" in answer.headers["access-control-allow-headers"]
+    assert int(answer.headers["access-control-max-age"]) > 0
+
+
+class _Env:
+    def __init__(self, **values: object) -> None:
+        self.__dict__.update(values)
+
+
+def test_the_edge_reads_its_secrets_and_origins_from_the_environment() -> None:
+    config = edge.EdgeConfig.from_env(_Env(
+        THREADLINE_API_TOKEN="tok", THREADLINE_SIGNING_KEYS=KEYS,
+        THREADLINE_ALLOWED_ORIGINS=" https://a.example/ , https://b.example,"),
+        max_body_bytes=10)
+    assert config.api_token == "tok" and config.max_body_bytes == 10
+    assert config.signing_keys is not None and config.signing_keys.current == "k1"
+    assert config.allowed_origins == {"https://a.example", "https://b.example"}
+    assert config.configured and config.signing_keys_error is None
+
+
+def test_an_environment_without_strings_configures_nothing() -> None:
+    config = edge.EdgeConfig.from_env(_Env(THREADLINE_API_TOKEN=object(),
+                                           THREADLINE_SIGNING_KEYS=""))
+    assert config.api_token is None and config.signing_keys is None
+    assert not config.configured and config.allowed_origins == frozenset()
+    hooked = edge.EdgeConfig.from_env(_Env(), authorize=_refuse_all)
+    assert hooked.configured and hooked.authorize is _refuse_all
+
+
+async def _refuse_all(request: AccessRequest) -> Principal | None:
+    return None
+
+
+def test_unreadable_signing_keys_refuse_every_token_and_say_why_in_the_log(
+    api: Api, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = edge.EdgeConfig.from_env(_Env(
+        THREADLINE_API_TOKEN=API_TOKEN, THREADLINE_SIGNING_KEYS="k1:too-short-secret"))
+    assert config.signing_keys is None and "shorter than 32" in (config.signing_keys_error or "")
+    checks = edge.Edge(config, api.clock)
+    token = access.mint(KEYS, space="acme", now_ms=api.clock.now_ms())
+    refused = run(checks.admit("GET", "https://t.test" + T1,
+                               {"authorization": f"Bearer {token}"}))
+    assert isinstance(refused, Response) and refused.status == 401
+    assert "THREADLINE_SIGNING_KEYS cannot be read" in caplog.text
+    assert "too-short-secret" not in caplog.text
+    minted = run(checks.admit("POST", "https://t.test/v1/tokens",
+                              {"authorization": f"Bearer {API_TOKEN}"}))
+    assert isinstance(minted, edge.Forward)
+    problem = checks.answer(minted, b'{"space": "acme"}').json()
+    assert problem["status"] == 503 and "THREADLINE_SIGNING_KEYS" in problem["detail"]

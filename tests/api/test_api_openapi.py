@@ -55,6 +55,8 @@ def test_the_document_describes_the_bearer_and_the_query_token_schemes(api: Api)
     events = _document(api)["paths"]["/v1/spaces/{space}/threads/{thread}/events"]["get"]
     assert {"bearer": []} in events["security"] and {"accessToken": []} in events["security"]
     assert "403" in events["responses"]
+    for status in ("429", "503"):
+        assert "Retry-After" in events["responses"][status]["headers"]
 
 
 def _check(document: dict[str, Any], method: str, path: str, status: int, body: Any,

@@ -101,6 +101,8 @@ def test_token_comparison_uses_the_whole_secret() -> None:
     assert edge.token_matches(f"bearer {SECRET}", SECRET)
     assert not edge.token_matches(f"Bearer {SECRET[:-1]}", SECRET)
     assert not edge.token_matches("Bearer ", "")
+    assert not edge.token_matches(f"Bearer {SECRET}", None)
+    assert edge.bearer("Bearer two words") == "two words"
 
 
 def _stream(sizes: list[int]) -> tuple[list[int], object]:

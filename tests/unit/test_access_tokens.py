@@ -122,6 +122,10 @@ def test_a_token_signed_with_another_secret_is_refused() -> None:
 def test_a_correctly_signed_payload_of_the_wrong_shape_is_refused() -> None:
     keys = SigningKeys.parse(KEYS)
     for payload in ({"sp": "acme", "cap": ["read"], "iat": 1, "exp": "2"},
+                    {"sp": "acme", "cap": ["read"], "iat": 1.5, "exp": 3},
+                    {"sp": "acme", "cap": ["read"], "iat": 1, "exp": 1},
+                    {"sp": "acme", "cap": "read", "iat": 1, "exp": 2},
+                    {"cap": ["read"], "iat": 1, "exp": 2},
                     {"sp": "acme", "cap": [], "iat": 1, "exp": 2},
                     {"sp": "a b", "cap": ["read"], "iat": 1, "exp": 2},
                     {"sp": "acme", "cap": ["root"], "iat": 1, "exp": 2},
@@ -169,6 +173,20 @@ def test_malformed_signing_keys_are_refused_without_echoing_a_secret(
 def test_mint_refuses_bad_arguments(arguments: dict[str, object]) -> None:
     with pytest.raises(ValueError):
         _token(**arguments)
+
+
+def test_a_principal_covers_only_what_it_could_do_itself() -> None:
+    admin = access.Principal(capabilities={"admin", "read"}, space="acme", thread="t1")
+    assert admin.covers(access.Principal(capabilities={"admin", "read"}, space="acme",
+                                         thread="t1"))
+    assert not admin.covers(access.Principal(capabilities={"read"}, space="acme", thread="t2"))
+    assert not admin.covers(access.Principal(capabilities={"submit"}, space="acme",
+                                             thread="t1"))
+
+
+def test_a_secret_may_contain_colons() -> None:
+    keys = SigningKeys.parse("k1:" + "a:b" * 12)
+    assert keys.keys["k1"] == ("a:b" * 12).encode()
 
 
 def test_a_principal_reaches_only_its_space_thread_and_capabilities() -> None:

@@ -46,6 +46,8 @@ SECURITY_SCHEMES: dict[str, Any] = {
         ),
     },
 }
+#: Statuses that carry ``Retry-After`` where a route declares them (the stream caps).
+_RETRY_AFTER = (429, 503)
 #: Statuses every route with a JSON body may answer with.
 _BODY_PROBLEMS = (400, 413, 422)
 
@@ -130,6 +132,11 @@ def _operation(route: Route, refs: _Refs) -> dict[str, Any]:
             "description": " / ".join(titles) or "Problem",
             "content": {PROBLEM_CONTENT_TYPE: {"schema": problem_ref}},
         }
+        if status in _RETRY_AFTER and status in route.problems:
+            responses[str(status)]["headers"] = {"Retry-After": {
+                "description": "Seconds to wait before trying again (when the refusal is"
+                               " a full stream count).",
+                "schema": {"type": "integer"}}}
     operation: dict[str, Any] = {
         "operationId": route.operation_id,
         "summary": route.summary,
