@@ -77,3 +77,32 @@ def test_a_deployment_without_signing_keys_refuses_scoped_tokens(
 ) -> None:
     token = access.mint(KEYS, space=SPACE)
     assert _status(workerd, "GET", _thread("t1"), token) == 401
+
+
+def test_one_principal_is_capped_below_the_object_and_others_still_get_a_stream(
+    runtime: Runtime
+) -> None:
+    # caps-* spaces: 3 streams per object, 2 per principal (tests/workerd/probe/probe_streams.py).
+    space = "caps-access"
+    alice = access.mint(KEYS, space=space, subject="alice")
+    bob = access.mint(KEYS, space=space, subject="bob")
+    url = f"/v1/spaces/{space}/threads/t1/events?access_token="
+    with httpx.Client(base_url=runtime.url, timeout=READ_TIMEOUT_S) as client:
+        held: list[httpx.Response] = []
+        try:
+            for token in (alice, alice):
+                reply = client.send(client.build_request("GET", url + token), stream=True)
+                held.append(reply)
+                assert reply.status_code == 200
+            third = client.get(url + alice, headers={"threadline-stream-key": "forged"})
+            assert third.status_code == 429 and third.headers["retry-after"].isdigit()
+            assert third.json()["type"] == "urn:threadline:problem:too-many-streams"
+            reply = client.send(client.build_request("GET", url + bob), stream=True)
+            held.append(reply)
+            assert reply.status_code == 200
+            full = client.get(url + bob)
+            assert full.status_code == 503
+            assert full.json()["type"] == "urn:threadline:problem:streams-exhausted"
+        finally:
+            for reply in held:
+                reply.close()

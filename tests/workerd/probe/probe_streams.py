@@ -2,7 +2,8 @@
 
 - The API of spaces named ``caps-*`` is served, through the app's own Worker code, by
   ``CappedThreadObject`` (binding ``CAPPED_THREADS``): at most :data:`CAPPED_STREAMS` event
-  streams per space, a one-second heartbeat (a departed client is noticed within a second).
+  streams per space and :data:`CAPPED_PER_SUBJECT` per principal, a one-second heartbeat (a
+  departed client is noticed within a second).
 - The API of spaces named ``mem-*`` is served by ``MeasuredThreadObject`` (binding
   ``MEASURED_THREADS``): caps far above what is measured, the default heartbeat (15 s).
 - ``/_streams/{space}/count`` answers, from the object of a ``caps-*`` or ``mem-*`` space, its
@@ -26,13 +27,15 @@ from threadline.config import RuntimeConfig
 from threadline.worker import ThreadObjectBase
 
 CAPPED_STREAMS = 3
+#: One principal's share of a ``caps-*`` space (the API token is not capped per principal).
+CAPPED_PER_SUBJECT = 2
 CAPPED_API = "/v1/spaces/caps-"
 MEASURED_API = "/v1/spaces/mem-"
 PREFIX = "/_streams/"
 IDLE = "/_streams/idle"
 
 capped_app = Application(RuntimeConfig(
-    max_event_streams=CAPPED_STREAMS, max_event_streams_per_subject=CAPPED_STREAMS,
+    max_event_streams=CAPPED_STREAMS, max_event_streams_per_subject=CAPPED_PER_SUBJECT,
     sse_heartbeat_ms=1_000,
 ))
 
