@@ -2,10 +2,12 @@
 
 A pass
 
-1. **begins** by reading the generation record (one row) and the earliest due lane (one row;
-   the due lanes only when it is due). Caught up (the
-   generation is processed or its native retry is still ahead, and the native lane is not due):
-   no ledger scan, no history read; only due lanes are served and the alarm decided.
+1. **begins** by reading the earliest due lane (one row). When no lane is due at all and
+   the incarnation knows its generation processed (it certified or read it so, and the gate
+   counted no advance since), that row is the whole begin. Otherwise it reads the generation
+   record (one row) and, when a lane is due, the due lanes. Caught up (the generation is
+   processed or its native retry is still ahead, and the native lane is not due): no ledger
+   scan, no history read; only due lanes are served and the alarm decided.
 2. Otherwise it is **actionable**: it scans open work (control columns only), recovers the
    Threads that need it (rotated by ``last_recovered_thread``), and dispatches heads, at most
    ``native_concurrency`` Threads at once, one head per Thread, round-robin after
@@ -35,7 +37,9 @@ A pass
    lane is set to the earliest timed obligation. Input queued behind a suspended head is
    taken out of the live range there, until that head leaves the suspension.
 6. **Finish**: the alarm is decided from the due queue under the gate's snapshot (a caught-up
-   pass that ran no wave and saw no producer reuses the earliest due it read at the begin);
+   pass that ran no wave and saw no producer reuses the earliest due it read at the begin),
+   written only where it differs from the slot (emptied by the firing, so a pass that armed
+   nothing and owes no alarm writes nothing);
    a prompt-pass wake asked for during the pass is spent there (``max(now, earliest due)``
    instead of the minimum delay, see :meth:`AlarmService.schedule_now`). A retry record
    left by failures that no longer defers owed native work ends with this success; only the
@@ -330,6 +334,14 @@ class Maintenance:
         self.reports = PassReports(parts.storage)
         #: The running pass's view of open work (None between passes).
         self._scan: _Scan | None = None
+        #: The agent registry key this incarnation knows is stored (None: not yet adopted).
+        self._registry_key: str | None = None
+        #: The gate's generation count when this incarnation last knew the generation record
+        #: processed (``processed >= dirty``); None: not known.
+        self._processed_at: int | None = None
+        #: ``nonterminal`` of the generation record as this incarnation last read or wrote it
+        #: (only passes write it): what a caught-up pass, which reads no record, reports.
+        self._nonterminal = 0
 
     # -- start -------------------------------------------------------------------------------
 
@@ -340,7 +352,10 @@ class Maintenance:
         key = self._runtime.binding_registry_key
         if state is None:
             state = generation.read_state(self._storage)
+        self._nonterminal = state.nonterminal
+        self._note_processed(state)
         self._bindings.reconcile(key, stored=state.binding_registry_key)
+        self._registry_key = key
         self._gate.ensure_alarm()
         self.report_parked()
 
@@ -513,23 +528,34 @@ class Maintenance:
         return decision
 
     def _begin(self, now: int, observed: _Observed) -> list[Lane]:
-        current = generation.read_state(self._storage)
         key = self._runtime.binding_registry_key
+        # One indexed row answers every question while nothing is due and this incarnation
+        # knows the generation is processed (no advance since it last read or certified it:
+        # only the gate advances it, and counts each advance): the earliest lane is the next
+        # due (for the final decision) and, being later than now, says no lane is, the native
+        # lane included. The generation record is read otherwise.
+        observed.earliest = self._queue.next()
+        nothing_due = observed.earliest is None or observed.earliest > now
+        if (nothing_due and key == self._registry_key
+                and self._processed_at == self._gate.generations):
+            observed.nonterminal = self._nonterminal
+            return []
+        current = generation.read_state(self._storage)
         if current.binding_registry_key != key:
             self._bindings.reconcile(key, stored=current.binding_registry_key)
             current = generation.read_state(self._storage)
             # The reconcile's own commit is not a producer racing the pass.
             observed.revision = self._gate.revision
-        # One indexed row answers both lane questions while nothing is due: the earliest lane
-        # is the next due (for the final decision) and, being later than now, says no lane is.
-        observed.earliest = self._queue.next()
-        due = (self._queue.due(now)
-               if observed.earliest is not None and observed.earliest <= now else [])
+            observed.earliest = self._queue.next()
+            nothing_due = observed.earliest is None or observed.earliest > now
+        self._registry_key = key
+        self._note_processed(current)
+        due = [] if nothing_due else self._queue.due(now)
         native = next((lane for lane in due if lane.id == NATIVE), None)
         observed.generation = current.dirty
         observed.retry_found = current.retry
         observed.retry_stale = observed.retry_recorded and not current.retry_defers(now)
-        observed.nonterminal = current.nonterminal
+        observed.nonterminal = self._nonterminal = current.nonterminal
         observed.last_served = current.last_served_thread
         observed.last_recovered = current.last_recovered_thread
         observed.actionable = not current.caught_up(native, now)
@@ -946,6 +972,10 @@ class Maintenance:
             generation.acknowledge_counting(self._storage, gen, nonterminal)
         else:
             generation.set_nonterminal(self._storage, nonterminal)
+        # Acknowledged with no producer overlapping: processed reached dirty as the gate
+        # counts it now (synchronous, under the snapshot).
+        self._storage.after_commit(partial(
+            self._counted, nonterminal, self._gate.generations if acknowledged else None))
         if not scan.no_binding_waits:
             self._bindings.prune()
         self._queue.checkpoint_native(native)
@@ -956,6 +986,16 @@ class Maintenance:
             undelivered = pub.next_due(now)
             if undelivered is not None:
                 self._queue.set_due(PUBLICATION, undelivered)
+
+    def _counted(self, nonterminal: int, processed_at: int | None) -> None:
+        self._nonterminal = nonterminal
+        if processed_at is not None:
+            self._processed_at = processed_at
+
+    def _note_processed(self, state: generation.MaintenanceState) -> None:
+        """Remember whether ``state``, read just now, had its generation processed."""
+        self._processed_at = (self._gate.generations if state.processed >= state.dirty
+                              else None)
 
     def _hold_followers(self, views: list[ThreadView]) -> list[ThreadView]:
         """Take the input queued behind each suspended head out of the live range.
