@@ -63,7 +63,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Callable, Mapping
-from contextlib import suppress
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -219,6 +219,21 @@ class _Scan:
     def changed(self, thread_id: str) -> None:
         """Read ``thread_id`` again next time."""
         self._stale.add(thread_id)
+
+    def known(self, thread_id: str) -> tuple[WorkItem, ...] | None:
+        """The open work of ``thread_id`` as the scan read it, while nothing changed it since:
+        the pass did not touch it and no producer advanced the generation naming it (or
+        naming none). None when it may have changed, or was not read."""
+        view = self._views.get(thread_id)
+        if view is None or self._full or thread_id in self._stale:
+            return None
+        gate = self._owner._gate
+        if gate.generations != self._generations:
+            assert self._generations is not None
+            changed = gate.changed_threads(self._generations)
+            if changed is None or thread_id in changed:
+                return None
+        return view.items
 
     def fault(self, thread_id: str, retry_at: int | None) -> None:
         """The pass recorded (``retry_at``) or cleared (None) the fault of ``thread_id``."""
@@ -769,8 +784,15 @@ class Maintenance:
         return True
 
     async def _recover(self, view: ThreadView, tally: _Tally) -> bool:
-        """Run recovery for one Thread and commit its fault status; True when not blocked."""
-        sweep = self._runtime.run_recovery(view.thread_id)
+        """Run recovery for one Thread and commit its fault status; True when not blocked.
+
+        Recovery decides from the open work the scan read when nothing changed it since."""
+        known = None if self._scan is None else self._scan.known(view.thread_id)
+        if known is None:
+            sweep = self._runtime.run_recovery(view.thread_id)
+        else:
+            with self._runtime.ledger.prefetched(view.thread_id, known):
+                sweep = self._runtime.run_recovery(view.thread_id)
         tally.recovered += len(sweep.reports) + len(sweep.blocked)
         tally.repaired = tally.repaired or any(
             report.disposition is not Disposition.UNKNOWN for report in sweep.reports)
@@ -862,11 +884,19 @@ class Maintenance:
 
     async def _attempt(self, view: ThreadView, yield_after: int, tally: _Tally) -> bool:
         """Recover the Thread, then run one Attempt of its head; True when it settled."""
+        recovered = tally.recovered
         if not await self._recover(view, tally):
             return False
+        # What the scan read, when recovery found nothing to do and nothing changed the
+        # Thread since: the claim decides from it instead of reading it a third time.
+        known = (self._scan.known(view.thread_id)
+                 if self._scan is not None and tally.recovered == recovered else None)
+        hint = (nullcontext() if known is None
+                else self._runtime.ledger.prefetched(view.thread_id, known))
         try:
-            settlement = await self._runtime.process_thread_head(
-                view.thread_id, yield_after=yield_after)
+            with hint:
+                settlement = await self._runtime.process_thread_head(
+                    view.thread_id, yield_after=yield_after)
         except BindingUnavailable:
             try:
                 head = self._runtime.head(view.thread_id)
