@@ -25,7 +25,7 @@ FULL_SCAN = {
     "next due": "SELECT due_at FROM tl_lanes WHERE due_at IS NOT NULL ORDER BY due_at LIMIT 1",
     "faults": "SELECT thread_id, retry_at FROM tl_recovery_faults",
     "live": "SELECT DISTINCT thread_id FROM tl_submissions",
-    "due timers": "SELECT DISTINCT thread_id FROM tl_waits",
+    "due timers": "SELECT thread_id FROM tl_waits WHERE state = 'open' AND wake_at <=",
     "binding waits": "SELECT submission_id FROM tl_binding_waits",
     "prune waits": "DELETE FROM tl_binding_waits",
     "clear retry": "UPDATE tl_maintenance SET retry_generation = NULL",
