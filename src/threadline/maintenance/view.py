@@ -55,6 +55,8 @@ class ThreadView:
     due_at: int | None = None
     #: The Thread has a recovery fault (due or not).
     faulted: bool = False
+    #: The open waits of a suspended head, as classifying it read them (None: not read).
+    head_waits: tuple[waits.WaitDeadline, ...] | None = None
 
     @property
     def submission_ids(self) -> tuple[str, ...]:
@@ -90,13 +92,17 @@ def classify(
     for thread_id, group in groupby(items, key=lambda item: item.thread_id):
         chosen = tuple(group)
         head = head_of(chosen)
+        read: list[waits.WaitDeadline] = []
         try:
-            need, due = _need(storage, thread_id, head, now, active, faults, parked, registered)
+            need, due = _need(storage, thread_id, head, now, active, faults, parked, registered,
+                              read)
         except (ThreadlineError, ValueError, KeyError):
             # This Thread's records cannot be classified: its recovery will say why and
             # become its recovery fault, instead of failing the pass for every Thread.
             need, due = (Need.ACTIVE, None) if thread_id in active else (Need.RECOVER, None)
-        views.append(ThreadView(thread_id, chosen, head, need, due, thread_id in faults))
+            read.clear()
+        views.append(ThreadView(thread_id, chosen, head, need, due, thread_id in faults,
+                                tuple(read) if read else None))
     return views
 
 
@@ -109,6 +115,7 @@ def _need(
     faults: Mapping[str, int],
     parked: Set[str],
     registered: Container[str],
+    read: list[waits.WaitDeadline],
 ) -> tuple[Need, int | None]:
     if thread_id in active:
         return Need.ACTIVE, None
@@ -138,9 +145,10 @@ def _need(
         return Need.RUNNABLE, None
     if state is SubmissionState.SUSPENDED:
         pending = waits.open_wait_deadlines(storage, head.submission_id)
-        if not pending or any(kind != WaitKind.TIMER.value for kind, _ in pending):
+        read.extend(pending)
+        if not pending or any(wait.kind is not WaitKind.TIMER for wait in pending):
             return Need.STABLE, None
-        wake = max(at or 0 for _, at in pending)
+        wake = max(wait.wake_at or 0 for wait in pending)
         return (Need.RECOVER, None) if wake <= now else (Need.TIMED, wake)
     return Need.STABLE, None
 
