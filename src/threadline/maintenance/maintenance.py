@@ -224,11 +224,6 @@ class _Scan:
         """The open work of ``thread_id`` as the scan read it, while nothing changed it since:
         the pass did not touch it and no producer advanced the generation naming it (or
         naming none). None when it may have changed, or was not read."""
-        view = self.known_view(thread_id)
-        return None if view is None else view.items
-
-    def known_view(self, thread_id: str) -> ThreadView | None:
-        """The view of ``thread_id`` while :meth:`known` holds for it, else None."""
         view = self._views.get(thread_id)
         if view is None or self._full or thread_id in self._stale:
             return None
@@ -238,7 +233,7 @@ class _Scan:
             changed = gate.changed_threads(self._generations)
             if changed is None or thread_id in changed:
                 return None
-        return view
+        return view.items
 
     def fault(self, thread_id: str, retry_at: int | None) -> None:
         """The pass recorded (``retry_at``) or cleared (None) the fault of ``thread_id``."""
@@ -792,15 +787,11 @@ class Maintenance:
         """Run recovery for one Thread and commit its fault status; True when not blocked.
 
         Recovery decides from the open work the scan read when nothing changed it since."""
-        known = None if self._scan is None else self._scan.known_view(view.thread_id)
+        known = None if self._scan is None else self._scan.known(view.thread_id)
         if known is None:
             sweep = self._runtime.run_recovery(view.thread_id)
         else:
-            head = known.head
-            waits_read = (nullcontext() if head is None or known.head_waits is None
-                          else self._runtime.recovery.prefetched_waits(head.submission_id,
-                                                                       known.head_waits))
-            with self._runtime.ledger.prefetched(view.thread_id, known.items), waits_read:
+            with self._runtime.ledger.prefetched(view.thread_id, known):
                 sweep = self._runtime.run_recovery(view.thread_id)
         tally.recovered += len(sweep.reports) + len(sweep.blocked)
         tally.repaired = tally.repaired or any(

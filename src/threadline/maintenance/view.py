@@ -55,8 +55,6 @@ class ThreadView:
     due_at: int | None = None
     #: The Thread has a recovery fault (due or not).
     faulted: bool = False
-    #: The open waits of a suspended head, as classifying it read them (None: not read).
-    head_waits: tuple[waits.WaitDeadline, ...] | None = None
 
     @property
     def submission_ids(self) -> tuple[str, ...]:
@@ -92,17 +90,13 @@ def classify(
     for thread_id, group in groupby(items, key=lambda item: item.thread_id):
         chosen = tuple(group)
         head = head_of(chosen)
-        read: list[waits.WaitDeadline] = []
         try:
-            need, due = _need(storage, thread_id, head, now, active, faults, parked, registered,
-                              read)
+            need, due = _need(storage, thread_id, head, now, active, faults, parked, registered)
         except (ThreadlineError, ValueError, KeyError):
             # This Thread's records cannot be classified: its recovery will say why and
             # become its recovery fault, instead of failing the pass for every Thread.
             need, due = (Need.ACTIVE, None) if thread_id in active else (Need.RECOVER, None)
-            read.clear()
-        views.append(ThreadView(thread_id, chosen, head, need, due, thread_id in faults,
-                                tuple(read) if read else None))
+        views.append(ThreadView(thread_id, chosen, head, need, due, thread_id in faults))
     return views
 
 
@@ -115,7 +109,6 @@ def _need(
     faults: Mapping[str, int],
     parked: Set[str],
     registered: Container[str],
-    read: list[waits.WaitDeadline],
 ) -> tuple[Need, int | None]:
     if thread_id in active:
         return Need.ACTIVE, None
@@ -145,10 +138,9 @@ def _need(
         return Need.RUNNABLE, None
     if state is SubmissionState.SUSPENDED:
         pending = waits.open_wait_deadlines(storage, head.submission_id)
-        read.extend(pending)
-        if not pending or any(wait.kind is not WaitKind.TIMER for wait in pending):
+        if not pending or any(kind != WaitKind.TIMER.value for kind, _ in pending):
             return Need.STABLE, None
-        wake = max(wait.wake_at or 0 for wait in pending)
+        wake = max(at or 0 for _, at in pending)
         return (Need.RECOVER, None) if wake <= now else (Need.TIMED, wake)
     return Need.STABLE, None
 

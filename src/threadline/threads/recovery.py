@@ -33,8 +33,7 @@ pass records it as a recovery fault and carries on with other Threads.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence, Set
-from contextlib import contextmanager
+from collections.abc import Callable, Set
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -147,26 +146,6 @@ class Recovery:
         self.ids: IdSource = ledger.ids
         self.config: RuntimeConfig = ledger.config
         self._held: dict[str, UnwrittenEnd] = {}
-        #: Open waits a caller read just now, for the next timer check of that submission.
-        self._known_waits: tuple[str, tuple[waits.WaitDeadline, ...]] | None = None
-
-    @contextmanager
-    def prefetched_waits(
-        self, submission_id: str, known: tuple[waits.WaitDeadline, ...]
-    ) -> Iterator[None]:
-        """Let the timer check of ``submission_id`` inside the block decide from ``known``,
-        its open waits as the caller read them just now, instead of reading them again.
-
-        While the submission stays suspended at one revision its open waits can only be
-        resolved, never opened (a wait opens with a move into ``suspended``), and the wake is
-        a compare-and-set on that revision: a hint that went stale costs a wake that changes
-        nothing, never a wrong one.
-        """
-        self._known_waits = (submission_id, known)
-        try:
-            yield
-        finally:
-            self._known_waits = None
 
     def hold(self, submission_id: str, end: UnwrittenEnd) -> None:
         """Remember how the Attempt holding ``submission_id`` at ``end.revision`` ended.
@@ -340,13 +319,7 @@ class Recovery:
 
     def _apply_timers(self, item: WorkItem) -> RecoveryReport | None:
         now = self.clock.now_ms()
-        hint = self._known_waits
-        pending: Sequence[waits.Wait | waits.WaitDeadline]
-        if hint is not None and hint[0] == item.submission_id:
-            self._known_waits = None
-            pending = hint[1]
-        else:
-            pending = waits.open_waits(self.storage, item.submission_id)
+        pending = waits.open_waits(self.storage, item.submission_id)
         due = [w for w in pending if w.kind is WaitKind.TIMER and (w.wake_at or 0) <= now]
         if not due or len(due) != len(pending):
             return None

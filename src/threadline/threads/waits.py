@@ -21,9 +21,7 @@ _OPEN_OF = (
     " FROM tl_waits WHERE submission_id = ? AND state = 'open'"
 )
 # Control columns only: classifying a suspension never decodes a payload or a decision.
-_OPEN_KINDS_OF = (
-    "SELECT id, kind, wake_at FROM tl_waits WHERE submission_id = ? AND state = 'open'"
-)
+_OPEN_KINDS_OF = "SELECT kind, wake_at FROM tl_waits WHERE submission_id = ? AND state = 'open'"
 # Both read tl_waits_open alone (wake_at, kind, thread_id, state WHERE state = 'open', a
 # covering index): only due timers, or the single earliest one, are visited, however many
 # timers are pending, and neither a wait's row nor its submission is read.
@@ -90,21 +88,10 @@ def open_waits(storage: Storage, submission_id: str) -> list[Wait]:
     return [_wait(row) for row in storage.exec(_OPEN_OF, submission_id)]
 
 
-@dataclass(frozen=True, slots=True)
-class WaitDeadline:
-    """The control columns of one open wait: enough to tell when it can wake, and to resolve
-    a due timer."""
-
-    id: str
-    kind: WaitKind
-    wake_at: int | None
-
-
-def open_wait_deadlines(storage: Storage, submission_id: str) -> list[WaitDeadline]:
-    """Every open wait of the submission, decoding no payload or decision."""
+def open_wait_deadlines(storage: Storage, submission_id: str) -> list[tuple[str, int | None]]:
+    """``(kind, wake_at)`` of every open wait of the submission, decoding nothing else."""
     return [
-        WaitDeadline(str(row["id"]), WaitKind(row["kind"]),
-                     None if row["wake_at"] is None else int(row["wake_at"]))
+        (str(row["kind"]), None if row["wake_at"] is None else int(row["wake_at"]))
         for row in storage.exec(_OPEN_KINDS_OF, submission_id)
     ]
 
@@ -158,7 +145,6 @@ def cancel_open(storage: Storage, submission_id: str, *, now: int) -> int:
 
 __all__ = [
     "Wait",
-    "WaitDeadline",
     "cancel_open",
     "due_timer_threads",
     "find",

@@ -8,12 +8,10 @@ from typing import Any
 
 from pass_support import Obj, echo_app, run
 
-from threadline.app import Application
 from threadline.clock import ManualClock
 from threadline.maintenance.maintenance import SELECT_BEFORE
 from threadline.storage import SqliteStorage
-from threadline.threads import Turn
-from threadline.threads.model import Outcome, SubmissionState
+from threadline.threads.model import Outcome
 
 _THREAD_OPEN = "SELECT id, thread_id, seq, agent, state, revision, attempts"
 
@@ -73,47 +71,5 @@ def test_input_admitted_to_the_thread_before_its_dispatch_is_read_again(
         # The admission named the Thread: its recovery read it again rather than trust the
         # scan.
         assert len(seen) > 2
-
-    run(body())
-
-
-_OPEN_WAITS = "FROM tl_waits WHERE submission_id = ? AND state = 'open'"
-
-
-def test_a_due_timer_is_applied_from_the_waits_the_scan_read(
-    raw_storage: SqliteStorage, clock: ManualClock
-) -> None:
-    def make() -> Application:
-        app = echo_app()
-
-        @app.agent("sleeper")
-        async def sleeper(turn: Turn) -> Any:
-            await turn.sleep(1.0)
-            return "rested"
-
-        return app
-
-    async def body() -> None:
-        obj = Obj(raw_storage, clock, make)
-        await obj.start()
-        sub = obj.admit("t", {}, agent="sleeper")
-        slot = raw_storage.known_alarm()
-        assert slot is not None
-        clock.set(max(slot, clock.now_ms()))
-        await obj.fire()  # asleep now, until its timer is due
-        assert obj.get(sub.id).state is SubmissionState.SUSPENDED
-        seen: list[str] = []
-        real = raw_storage.exec
-
-        def exec_(sql: str, *params: Any) -> Any:
-            if _OPEN_WAITS in sql:
-                seen.append(sql)
-            return real(sql, *params)
-
-        raw_storage.exec = exec_  # type: ignore[method-assign]
-        await obj.run()
-        assert obj.get(sub.id).outcome is Outcome.COMPLETED
-        # Classifying the suspension read its open waits; waking it did not read them again.
-        assert seen == [f"SELECT id, kind, wake_at {_OPEN_WAITS}"]
 
     run(body())
