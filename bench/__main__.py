@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small K and bursts, one run")
     parser.add_argument("--explain", action="store_true",
-                        help="print scenario 2's rows per statement")
+                        help="print the rows per statement of scenarios 1, 2 and 5")
     parser.add_argument("--runs", type=int, help="runs per figure (default 5, quick 1)")
     parser.add_argument("--only", action="append", choices=SYSTEMS,
                         help="run only these systems (repeatable)")

@@ -174,13 +174,18 @@ def _find(ms: list[Measurement], scenario: str, system: str, case: str) -> Measu
                 None)
 
 
+#: The scenarios ``--explain`` prints per statement: the row figures the maintenance pass owns.
+EXPLAINED = frozenset({"1", "2", "5"})
+
+
 def explain(measurements: list[Measurement]) -> str:
-    """The per-statement rows of scenario 2 (one run), heaviest writers first."""
+    """The per-statement rows of scenarios 1, 2 and 5 (one run each), heaviest writers first."""
     lines: list[str] = []
     for m in measurements:
-        if m.scenario != "2" or m.explain is None:
+        if m.scenario not in EXPLAINED or m.explain is None:
             continue
-        lines.append(f"Scenario 2, {m.case}, {m.system}: per statement (count, read, written)")
+        lines.append(f"Scenario {m.scenario}, {m.case}, {m.system}: "
+                     f"per statement (count, read, written)")
         for entry in sorted(m.explain, key=lambda e: (-e["rows_written"], -e["rows_read"])):
             lines.append(f"  {entry['count']:>3} {entry['rows_read']:>5} "
                          f"{entry['rows_written']:>5}  {entry['sql']}")

@@ -5,6 +5,7 @@ import pytest
 from threadline.errors import SchemaError, StorageError
 from threadline.storage import MIGRATIONS, SCHEMA_VERSION, SqliteStorage, migrate, schema_version
 from threadline.storage import schema as schema_module
+from threadline.threads import waits as waits_module
 
 
 def _objects(storage: SqliteStorage) -> set[tuple[str, str]]:
@@ -424,3 +425,36 @@ def test_held_followers_rebuild_keeps_every_row_and_lets_only_queued_input_be_he
     live = storage.exec("SELECT id FROM tl_submissions INDEXED BY tl_submissions_open"
                         " WHERE settled_at IS NULL AND dormant = 0 ORDER BY seq").rows
     assert [row["id"] for row in live] == ["s3", "s7"]
+
+
+def test_threads_with_a_due_timer_are_read_from_the_open_wait_index_alone(
+    storage: SqliteStorage,
+) -> None:
+    for query in (waits_module._DUE_TIMER_THREADS, waits_module._NEXT_TIMER):
+        plan = storage.exec("EXPLAIN QUERY PLAN " + query, 0)
+        assert any("COVERING INDEX tl_waits_open" in row["detail"] for row in plan), plan.rows
+
+
+def test_open_waits_learn_their_thread_and_closed_ones_are_left_as_they_are() -> None:
+    step = MIGRATIONS.index(schema_module._WAIT_THREADS)
+    storage = SqliteStorage(":memory:")
+    migrate(storage, target=step)
+    storage.exec("INSERT INTO tl_threads (id, created_at, updated_at) VALUES ('t', 1, 1)")
+    for seq, state in enumerate(("suspended", "settled"), start=1):
+        settled = state == "settled"
+        storage.exec(
+            "INSERT INTO tl_submissions (id, thread_id, seq, agent, input_json, input_digest,"
+            " state, dormant, outcome, created_at, updated_at, settled_at)"
+            " VALUES (?, 't', ?, 'echo', '{}', 'd', ?, ?, ?, 1, 1, ?)",
+            f"s{seq}", seq, state, int(not settled), "completed" if settled else None,
+            2 if settled else None)
+    storage.exec("INSERT INTO tl_waits (id, submission_id, kind, wait_key, state, wake_at,"
+                 " created_at) VALUES ('open', 's1', 'timer', 'nap', 'open', 50, 5)")
+    storage.exec("INSERT INTO tl_waits (id, submission_id, kind, wait_key, state, wake_at,"
+                 " created_at, resolved_at) VALUES ('done', 's2', 'timer', 'nap', 'resolved',"
+                 " 40, 5, 41)")
+    assert migrate(storage, target=step + 1) == 1
+    rows = storage.exec("SELECT id, thread_id FROM tl_waits ORDER BY id").rows
+    assert rows == [{"id": "done", "thread_id": None}, {"id": "open", "thread_id": "t"}]
+    assert waits_module.due_timer_threads(storage, 50) == ["t"]
+    assert waits_module.due_timer_threads(storage, 49) == []

@@ -47,7 +47,14 @@ DELETE FROM tl_binding_waits WHERE NOT EXISTS (
 
 
 class BindingWaits(EventAppender):
-    """The durable binding waits of one object. Stateless apart from its collaborators."""
+    """The durable binding waits of one object.
+
+    Only it writes them in an incarnation, so it remembers the parked submissions it last
+    read outside a transaction (:meth:`parked_submissions`) until its next write.
+    """
+
+    #: ``parked_submissions()`` as last read outside a transaction, until the next write.
+    _known: frozenset[str] | None = None
 
     def park(self, thread_id: str, submission_id: str, agent: str) -> bool:
         """Park ``submission_id`` (the head of ``thread_id``) until the registry changes.
@@ -64,6 +71,8 @@ class BindingWaits(EventAppender):
             f"threadline: thread {thread_id!r} parked until its agent {agent!r} is registered; "
             f"submission {submission_id!r} stays pending"
         )
+
+        self._known = None
 
         def body() -> bool:
             now = self._clock.now_ms()
@@ -82,6 +91,7 @@ class BindingWaits(EventAppender):
         A single statement, safe inside the caller's transaction; releasing twice changes
         nothing. It creates no native work by itself: the head was just processed.
         """
+        self._known = None
         return self._storage.exec(_DELETE_WAIT, submission_id).changed == 1
 
     def prune(self) -> int:
@@ -90,6 +100,7 @@ class BindingWaits(EventAppender):
         For the pass's checkpoint (one statement, inside its transaction): the scan is over
         the waits, each checked by primary key, never over the ledger.
         """
+        self._known = None
         return self._storage.exec(_PRUNE).changed
 
     def parked_threads(self) -> frozenset[str]:
@@ -101,9 +112,15 @@ class BindingWaits(EventAppender):
     def parked_submissions(self) -> frozenset[str]:
         """Submissions parked on a binding wait. A wait holds the head it was made for, not
         its Thread: once that head settles, the next one is judged (and parked) on its own."""
-        return frozenset(
+        if self._known is not None:
+            return self._known
+        read = frozenset(
             str(row["submission_id"]) for row in self._storage.exec(_SELECT_PARKED_SUBMISSIONS)
         )
+        if not self._storage.in_transaction():
+            # Read inside a transaction, it could include writes that roll back.
+            self._known = read
+        return read
 
     def waits(self) -> list[tuple[str, str, str, int]]:
         """Every wait as ``(thread_id, submission_id, agent, parked_at)`` (operators, tests)."""
@@ -127,6 +144,8 @@ class BindingWaits(EventAppender):
             stored = state.read_state(self._storage).binding_registry_key
         if stored == registry_key:
             return False
+
+        self._known = None
 
         def body() -> bool:
             if not state.set_binding_registry_key(self._storage, registry_key):

@@ -220,8 +220,13 @@ class EventAppender:
 class RecoveryFaults(EventAppender):
     """The durable fault records and the transitions that append recovery events.
 
-    Stateless apart from its collaborators: an incarnation rebuilds it from storage for free.
+    An incarnation rebuilds it from storage for free. It remembers the deadlines it last read
+    outside a transaction (:meth:`deadlines`) until it writes a fault itself: only it writes
+    them in an incarnation, so a pass does not read the (usually empty) table each time.
     """
+
+    #: ``deadlines()`` as last read outside a transaction, until the next fault write.
+    _known: dict[str, int] | None = None
 
     def record(
         self,
@@ -246,6 +251,8 @@ class RecoveryFaults(EventAppender):
         failure = _clean(failure)
         error_type = _clean(error_type)[:200]
         created: list[bool] = []
+
+        self._known = None
 
         def body() -> Fault:
             now = self._clock.now_ms()
@@ -330,6 +337,8 @@ class RecoveryFaults(EventAppender):
         recipient (carrying the last fault). Clearing again finds nothing and writes nothing.
         """
 
+        self._known = None
+
         def body() -> bool:
             previous = self._read(thread_id)
             if previous is None:
@@ -370,12 +379,19 @@ class RecoveryFaults(EventAppender):
         """``retry_at`` of every faulted Thread (one statement; the table is usually empty).
 
         A pass reads it once: a Thread whose deadline is ahead is not dispatched, and one
-        whose deadline passed is recovered again before its head may run.
+        whose deadline passed is recovered again before its head may run. Read outside a
+        transaction, it is remembered until this object next records or clears a fault.
         """
-        return {
+        if self._known is not None:
+            return dict(self._known)
+        read = {
             str(row["thread_id"]): int(row["retry_at"])
             for row in self._storage.exec(_SELECT_DEADLINES)
         }
+        if not self._storage.in_transaction():
+            # Read inside a transaction, it could include writes that roll back.
+            self._known = dict(read)
+        return read
 
     def get(self, thread_id: str) -> Fault | None:
         """The fault of ``thread_id`` with its recipients, or None."""

@@ -2,10 +2,12 @@
 
 A pass
 
-1. **begins** by reading the generation record (one row) and the earliest due lane (one row;
-   the due lanes only when it is due). Caught up (the
-   generation is processed or its native retry is still ahead, and the native lane is not due):
-   no ledger scan, no history read; only due lanes are served and the alarm decided.
+1. **begins** by reading the earliest due lane (one row). When no lane is due at all and
+   the incarnation knows its generation processed (it certified or read it so, and the gate
+   counted no advance since), that row is the whole begin. Otherwise it reads the generation
+   record (one row) and, when a lane is due, the due lanes. Caught up (the generation is
+   processed or its native retry is still ahead, and the native lane is not due): no ledger
+   scan, no history read; only due lanes are served and the alarm decided.
 2. Otherwise it is **actionable**: it scans open work (control columns only), recovers the
    Threads that need it (rotated by ``last_recovered_thread``), and dispatches heads, at most
    ``native_concurrency`` Threads at once, one head per Thread, round-robin after
@@ -35,7 +37,9 @@ A pass
    lane is set to the earliest timed obligation. Input queued behind a suspended head is
    taken out of the live range there, until that head leaves the suspension.
 6. **Finish**: the alarm is decided from the due queue under the gate's snapshot (a caught-up
-   pass that ran no wave and saw no producer reuses the earliest due it read at the begin);
+   pass that ran no wave and saw no producer reuses the earliest due it read at the begin),
+   written only where it differs from the slot (emptied by the firing, so a pass that armed
+   nothing and owes no alarm writes nothing);
    a prompt-pass wake asked for during the pass is spent there (``max(now, earliest due)``
    instead of the minimum delay, see :meth:`AlarmService.schedule_now`). A retry record
    left by failures that no longer defers owed native work ends with this success; only the
@@ -59,7 +63,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Callable, Mapping
-from contextlib import suppress
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -216,6 +220,21 @@ class _Scan:
         """Read ``thread_id`` again next time."""
         self._stale.add(thread_id)
 
+    def known(self, thread_id: str) -> tuple[WorkItem, ...] | None:
+        """The open work of ``thread_id`` as the scan read it, while nothing changed it since:
+        the pass did not touch it and no producer advanced the generation naming it (or
+        naming none). None when it may have changed, or was not read."""
+        view = self._views.get(thread_id)
+        if view is None or self._full or thread_id in self._stale:
+            return None
+        gate = self._owner._gate
+        if gate.generations != self._generations:
+            assert self._generations is not None
+            changed = gate.changed_threads(self._generations)
+            if changed is None or thread_id in changed:
+                return None
+        return view.items
+
     def fault(self, thread_id: str, retry_at: int | None) -> None:
         """The pass recorded (``retry_at``) or cleared (None) the fault of ``thread_id``."""
         if retry_at is None:
@@ -330,6 +349,14 @@ class Maintenance:
         self.reports = PassReports(parts.storage)
         #: The running pass's view of open work (None between passes).
         self._scan: _Scan | None = None
+        #: The agent registry key this incarnation knows is stored (None: not yet adopted).
+        self._registry_key: str | None = None
+        #: The gate's generation count when this incarnation last knew the generation record
+        #: processed (``processed >= dirty``); None: not known.
+        self._processed_at: int | None = None
+        #: ``nonterminal`` of the generation record as this incarnation last read or wrote it
+        #: (only passes write it): what a caught-up pass, which reads no record, reports.
+        self._nonterminal = 0
 
     # -- start -------------------------------------------------------------------------------
 
@@ -340,7 +367,10 @@ class Maintenance:
         key = self._runtime.binding_registry_key
         if state is None:
             state = generation.read_state(self._storage)
+        self._nonterminal = state.nonterminal
+        self._note_processed(state)
         self._bindings.reconcile(key, stored=state.binding_registry_key)
+        self._registry_key = key
         self._gate.ensure_alarm()
         self.report_parked()
 
@@ -513,23 +543,34 @@ class Maintenance:
         return decision
 
     def _begin(self, now: int, observed: _Observed) -> list[Lane]:
-        current = generation.read_state(self._storage)
         key = self._runtime.binding_registry_key
+        # One indexed row answers every question while nothing is due and this incarnation
+        # knows the generation is processed (no advance since it last read or certified it:
+        # only the gate advances it, and counts each advance): the earliest lane is the next
+        # due (for the final decision) and, being later than now, says no lane is, the native
+        # lane included. The generation record is read otherwise.
+        observed.earliest = self._queue.next()
+        nothing_due = observed.earliest is None or observed.earliest > now
+        if (nothing_due and key == self._registry_key
+                and self._processed_at == self._gate.generations):
+            observed.nonterminal = self._nonterminal
+            return []
+        current = generation.read_state(self._storage)
         if current.binding_registry_key != key:
             self._bindings.reconcile(key, stored=current.binding_registry_key)
             current = generation.read_state(self._storage)
             # The reconcile's own commit is not a producer racing the pass.
             observed.revision = self._gate.revision
-        # One indexed row answers both lane questions while nothing is due: the earliest lane
-        # is the next due (for the final decision) and, being later than now, says no lane is.
-        observed.earliest = self._queue.next()
-        due = (self._queue.due(now)
-               if observed.earliest is not None and observed.earliest <= now else [])
+            observed.earliest = self._queue.next()
+            nothing_due = observed.earliest is None or observed.earliest > now
+        self._registry_key = key
+        self._note_processed(current)
+        due = [] if nothing_due else self._queue.due(now)
         native = next((lane for lane in due if lane.id == NATIVE), None)
         observed.generation = current.dirty
         observed.retry_found = current.retry
         observed.retry_stale = observed.retry_recorded and not current.retry_defers(now)
-        observed.nonterminal = current.nonterminal
+        observed.nonterminal = self._nonterminal = current.nonterminal
         observed.last_served = current.last_served_thread
         observed.last_recovered = current.last_recovered_thread
         observed.actionable = not current.caught_up(native, now)
@@ -743,8 +784,15 @@ class Maintenance:
         return True
 
     async def _recover(self, view: ThreadView, tally: _Tally) -> bool:
-        """Run recovery for one Thread and commit its fault status; True when not blocked."""
-        sweep = self._runtime.run_recovery(view.thread_id)
+        """Run recovery for one Thread and commit its fault status; True when not blocked.
+
+        Recovery decides from the open work the scan read when nothing changed it since."""
+        known = None if self._scan is None else self._scan.known(view.thread_id)
+        if known is None:
+            sweep = self._runtime.run_recovery(view.thread_id)
+        else:
+            with self._runtime.ledger.prefetched(view.thread_id, known):
+                sweep = self._runtime.run_recovery(view.thread_id)
         tally.recovered += len(sweep.reports) + len(sweep.blocked)
         tally.repaired = tally.repaired or any(
             report.disposition is not Disposition.UNKNOWN for report in sweep.reports)
@@ -836,11 +884,19 @@ class Maintenance:
 
     async def _attempt(self, view: ThreadView, yield_after: int, tally: _Tally) -> bool:
         """Recover the Thread, then run one Attempt of its head; True when it settled."""
+        recovered = tally.recovered
         if not await self._recover(view, tally):
             return False
+        # What the scan read, when recovery found nothing to do and nothing changed the
+        # Thread since: the claim decides from it instead of reading it a third time.
+        known = (self._scan.known(view.thread_id)
+                 if self._scan is not None and tally.recovered == recovered else None)
+        hint = (nullcontext() if known is None
+                else self._runtime.ledger.prefetched(view.thread_id, known))
         try:
-            settlement = await self._runtime.process_thread_head(
-                view.thread_id, yield_after=yield_after)
+            with hint:
+                settlement = await self._runtime.process_thread_head(
+                    view.thread_id, yield_after=yield_after)
         except BindingUnavailable:
             try:
                 head = self._runtime.head(view.thread_id)
@@ -946,6 +1002,10 @@ class Maintenance:
             generation.acknowledge_counting(self._storage, gen, nonterminal)
         else:
             generation.set_nonterminal(self._storage, nonterminal)
+        # Acknowledged with no producer overlapping: processed reached dirty as the gate
+        # counts it now (synchronous, under the snapshot).
+        self._storage.after_commit(partial(
+            self._counted, nonterminal, self._gate.generations if acknowledged else None))
         if not scan.no_binding_waits:
             self._bindings.prune()
         self._queue.checkpoint_native(native)
@@ -956,6 +1016,16 @@ class Maintenance:
             undelivered = pub.next_due(now)
             if undelivered is not None:
                 self._queue.set_due(PUBLICATION, undelivered)
+
+    def _counted(self, nonterminal: int, processed_at: int | None) -> None:
+        self._nonterminal = nonterminal
+        if processed_at is not None:
+            self._processed_at = processed_at
+
+    def _note_processed(self, state: generation.MaintenanceState) -> None:
+        """Remember whether ``state``, read just now, had its generation processed."""
+        self._processed_at = (self._gate.generations if state.processed >= state.dirty
+                              else None)
 
     def _hold_followers(self, views: list[ThreadView]) -> list[ThreadView]:
         """Take the input queued behind each suspended head out of the live range.

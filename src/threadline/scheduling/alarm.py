@@ -14,7 +14,15 @@ stale in one direction only, after the platform fired the alarm and emptied the 
 then skips its write. That is safe because a fired alarm always runs a handler, which refreshes
 the view (``get_alarm()``) and ends with :meth:`AlarmService.decide`, an exact write derived from
 the durable queue. A fresh incarnation knows nothing (None) and so writes; nothing else writes
-the slot. Exact decisions never consult the view.
+the slot.
+
+Inside an alarm handler the view is exact: the platform empties the slot before the handler
+runs, the handler refreshes the view first, and from then on only this incarnation writes the
+slot (a write made during the handler survives its end; ``tests/workerd`` pins all three). So
+a pass's exact decision writes only what differs from the view: nothing when the slot is
+empty and nothing is due (no ``deleteAlarm`` is owed unless something armed the slot during
+the pass), nothing when the slot already holds the bound. Decisions are made only by passes,
+which run only in handlers.
 """
 
 from __future__ import annotations
@@ -128,10 +136,15 @@ class AlarmService:
             self._woken = False
 
     def _apply(self, bound: int | None) -> AlarmDecision:
+        # The view is exact inside the handler (see the module docstring): a slot that
+        # already is as decided costs no write.
+        known = self._storage.known_alarm()
         if bound is None:
-            self._storage.delete_alarm()
+            if known is not None:
+                self._storage.delete_alarm()
             return AlarmDecision.CLEARED
-        self._storage.set_alarm(bound)
+        if known != bound:
+            self._storage.set_alarm(bound)
         return AlarmDecision.REARMED
 
     def schedule_now(self) -> None:

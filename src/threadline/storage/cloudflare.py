@@ -23,6 +23,11 @@ Measured in real workerd (``tests/workerd``: miniflare 4.20260426.0, Pyodide 314
   AFTER ``transactionSync`` returns commits with it when it succeeds, but when the transaction
   rolled back that alarm is committed on its own: a wake-up for work that does not exist.
   Hence every alarm write that belongs to SQL is issued inside the same ``transaction``.
+- The alarm slot is empty inside the alarm handler (``getAlarm()`` answers null: the firing
+  emptied it), stays empty after a handler that wrote nothing, and a ``setAlarm`` made during
+  the handler is read back at once and survives the handler's end. So once the handler
+  refreshed ``known_alarm`` it is exact until the handler ends, and a pass's final decision
+  writes only what differs from it (``tests/workerd/test_workerd_alarm_slot.py``).
 - ``rowsRead``/``rowsWritten`` count every index a write touches: an INSERT is 0/1 into a rowid
   table, 0/2 with a TEXT primary key (its implicit index), 0/3 with one more index; an INSERT
   with an explicit rowid 1/1; an UPDATE by key 1/1, or 1/2 when it changes an indexed column.

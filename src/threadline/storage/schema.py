@@ -655,12 +655,26 @@ _SUBJECTS = (
     "ALTER TABLE tl_waits ADD COLUMN decided_by TEXT",
 )
 
+# The due timers a pass visits are read from the open-wait index alone: it carries each open
+# wait's kind and Thread (and its state, which makes it covering), so finding the Threads with
+# a due timer reads one index entry per due timer, not the wait's row and its submission's.
+# The index still has one entry per open wait, so opening a wait writes no more rows. Only
+# open waits are given their Thread: a closed one is never looked up by it.
+_WAIT_THREADS = (
+    "ALTER TABLE tl_waits ADD COLUMN thread_id TEXT",
+    """UPDATE tl_waits SET thread_id = (SELECT s.thread_id FROM tl_submissions s
+        WHERE s.id = tl_waits.submission_id) WHERE state = 'open'""",
+    "DROP INDEX tl_waits_open",
+    """CREATE INDEX tl_waits_open ON tl_waits (wake_at, kind, thread_id, state)
+        WHERE state = 'open'""",
+)
+
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
 MIGRATIONS: list[tuple[str, ...]] = [
     _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS, _LEAN_SUBMISSIONS,
     _LEAN_OUTBOX, _HELD_FOLLOWERS, _LOSSES, _SCHEDULES, _DELAYED, _LANES_KEY,
     _JOINED_TO, _MESSAGE_ROUTING, _SUBSCRIBERS, _SPACE_NAME, _ONE_LOG, _LEAN_HISTORY,
-    _SUBJECTS,
+    _SUBJECTS, _WAIT_THREADS,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

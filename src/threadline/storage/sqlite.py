@@ -160,7 +160,8 @@ class SqliteStorage:
         return None if row is None else int(row[0])
 
     def take_due_alarm(self, now_ms: int) -> int | None:
-        """Do what the platform does when the alarm fires: empty a slot due at ``now_ms``.
+        """Do what the platform does when the alarm fires: empty a slot due at ``now_ms``,
+        before the handler runs (so a handler that writes nothing leaves it empty).
 
         Returns the deadline that fired, or None when the slot is empty or not yet due.
         Used by the simulated object to deliver alarms like Cloudflare does.

@@ -8,7 +8,8 @@ control columns only: they never decode inputs, results or the journal.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from threadline.clock import Clock
@@ -169,6 +170,27 @@ class Ledger:
         self.clock = clock
         self.ids = ids
         self.config = config
+        #: Open work a caller read just now, handed to the next read of that Thread (see
+        #: :meth:`prefetched`).
+        self._prefetched: tuple[str, tuple[WorkItem, ...]] | None = None
+
+    @contextmanager
+    def prefetched(self, thread_id: str, items: tuple[WorkItem, ...]) -> Iterator[None]:
+        """Let the next :meth:`thread_open` of ``thread_id`` inside the block answer with
+        ``items`` instead of reading them again.
+
+        For a caller that read the Thread's open work itself and knows nothing changed it
+        since (the maintenance pass, from its scan): recovery and the claim that follow it
+        would otherwise read the same rows again. One read only; the hint ends with the
+        block. Every write decided from it is a compare-and-set on the submission's state
+        and revision, so a hint that went stale costs a write that changes nothing, never a
+        wrong one.
+        """
+        self._prefetched = (thread_id, items)
+        try:
+            yield
+        finally:
+            self._prefetched = None
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -185,6 +207,10 @@ class Ledger:
 
     def thread_open(self, thread_id: str) -> list[WorkItem]:
         """The open submissions of one Thread in FIFO order."""
+        hint = self._prefetched
+        if hint is not None and hint[0] == thread_id:
+            self._prefetched = None
+            return sorted(hint[1], key=lambda item: item.seq)
         rows = self.storage.exec(_THREAD_OPEN, thread_id, thread_id)
         items = [work_item(row) for row in rows]
         return sorted(items, key=lambda item: item.seq)

@@ -306,7 +306,8 @@ class Recovery:
             if count is not None:
                 count()
             if not park_unknown(self.storage, self.ids.new_id("wait"), item.submission_id,
-                                state=item.state, revision=item.revision, step_key=step_key,
+                                thread_id=item.thread_id, state=item.state,
+                                revision=item.revision, step_key=step_key,
                                 attempt=attempt, now=now, error=error,
                                 loss_counted=count is not None):
                 raise _Stale
@@ -369,6 +370,7 @@ def park_unknown(
     wait_id: str,
     submission_id: str,
     *,
+    thread_id: str,
     state: SubmissionState,
     revision: int,
     step_key: str,
@@ -389,7 +391,8 @@ def park_unknown(
     # One wait per lost run of the step: a step retried after an earlier resolution
     # and lost in flight again needs a new open wait, not the resolved one.
     waits.open_wait(storage, wait_id, submission_id, WaitKind.UNKNOWN,
-                    unknown_wait_key(step_key, revision), now=now, payload_json=payload)
+                    unknown_wait_key(step_key, revision), thread_id=thread_id, now=now,
+                    payload_json=payload)
     return transitions.move(storage, submission_id, state=state, revision=revision,
                             to=SubmissionState.UNKNOWN, now=now, error=error,
                             loss_counted=loss_counted)

@@ -391,6 +391,7 @@ class ThreadRuntime:
 
         def write() -> None:
             if not park_unknown(self.storage, self.ids.new_id("wait"), claim.submission.id,
+                                thread_id=claim.submission.thread_id,
                                 state=SubmissionState.RUNNING, revision=claim.revision,
                                 step_key=entry.step_key, attempt=entry.attempt,
                                 now=self.clock.now_ms(), error=error):
@@ -442,7 +443,8 @@ class ThreadRuntime:
         now = self.clock.now_ms()
         submission = claim.submission
         opened = waits.open_wait(self.storage, self.ids.new_id("wait"), submission.id,
-                                 signal.kind, signal.wait_key, now=now,
+                                 signal.kind, signal.wait_key, thread_id=submission.thread_id,
+                                 now=now,
                                  payload_json=signal.payload_json, wake_at=signal.wake_at)
         # A wait is not a failure: refunding the attempt keeps an agent that waits many times
         # from spending the retry budget that ``max_attempts`` gives its failures.

@@ -22,20 +22,21 @@ _OPEN_OF = (
 )
 # Control columns only: classifying a suspension never decodes a payload or a decision.
 _OPEN_KINDS_OF = "SELECT kind, wake_at FROM tl_waits WHERE submission_id = ? AND state = 'open'"
-# Both read through tl_waits_open (wake_at WHERE state = 'open'): only due timers, or the
-# single earliest one, are visited, however many timers are pending.
+# Both read tl_waits_open alone (wake_at, kind, thread_id, state WHERE state = 'open', a
+# covering index): only due timers, or the single earliest one, are visited, however many
+# timers are pending, and neither a wait's row nor its submission is read.
+# No DISTINCT or ORDER BY: a sorter's rows are billed as read too; the few due timers are
+# deduplicated and ordered here.
 _DUE_TIMER_THREADS = (
-    "SELECT DISTINCT s.thread_id AS thread_id FROM tl_waits w"
-    " JOIN tl_submissions s ON s.id = w.submission_id"
-    " WHERE w.state = 'open' AND w.wake_at <= ? AND w.kind = 'timer' ORDER BY s.thread_id"
+    "SELECT thread_id FROM tl_waits WHERE state = 'open' AND wake_at <= ? AND kind = 'timer'"
 )
 _NEXT_TIMER = (
     "SELECT MIN(wake_at) AS wake_at FROM tl_waits"
     " WHERE state = 'open' AND wake_at > ? AND kind = 'timer'"
 )
 _INSERT = (
-    "INSERT INTO tl_waits (id, submission_id, kind, wait_key, state, payload_json, wake_at,"
-    " created_at) VALUES (?, ?, ?, ?, 'open', ?, ?, ?)"
+    "INSERT INTO tl_waits (id, submission_id, thread_id, kind, wait_key, state, payload_json,"
+    " wake_at, created_at) VALUES (?, ?, ?, ?, ?, 'open', ?, ?, ?)"
     " ON CONFLICT (submission_id, kind, wait_key) DO NOTHING"
 )
 _RESOLVE = (
@@ -97,7 +98,7 @@ def open_wait_deadlines(storage: Storage, submission_id: str) -> list[tuple[str,
 
 def due_timer_threads(storage: Storage, now: int) -> list[str]:
     """Threads of submissions with an open timer due at ``now``, read through the due index."""
-    return [str(row["thread_id"]) for row in storage.exec(_DUE_TIMER_THREADS, now)]
+    return sorted({str(row["thread_id"]) for row in storage.exec(_DUE_TIMER_THREADS, now)})
 
 
 def next_timer(storage: Storage, now: int) -> int | None:
@@ -119,13 +120,15 @@ def open_wait(
     kind: WaitKind,
     key: str,
     *,
+    thread_id: str,
     now: int,
     payload_json: str | None = None,
     wake_at: int | None = None,
 ) -> bool:
-    """Open a wait; an existing wait of the same kind and key is kept. True when inserted."""
+    """Open a wait of the submission, on its Thread ``thread_id``; an existing wait of the same
+    kind and key is kept. True when inserted."""
     written = storage.exec(
-        _INSERT, wait_id, submission_id, kind.value, key, payload_json, wake_at, now
+        _INSERT, wait_id, submission_id, thread_id, kind.value, key, payload_json, wake_at, now
     ).changed
     return written == 1
 

@@ -218,7 +218,8 @@ def test_a_due_timer_beside_another_open_wait_does_not_wake_its_submission(
     sub = h.admit("t", None, agent="nap")
     asyncio.run(h.runtime.process_thread_head("t"))
     h.storage.transaction(lambda: waits.open_wait(
-        h.storage, "wait-extra", sub.id, WaitKind.APPROVAL, "extra", now=h.clock.now_ms()))
+        h.storage, "wait-extra", sub.id, WaitKind.APPROVAL, "extra", thread_id="t",
+        now=h.clock.now_ms()))
     h.clock.advance(1_000)
     assert h.runtime.run_recovery("t").reports == ()
     assert h.get(sub.id).state is SubmissionState.SUSPENDED

@@ -43,7 +43,7 @@ from threadline.ids import RandomIds
 from threadline.scheduling import NATIVE, build_scheduler, read_state
 from threadline.storage import MIGRATIONS, migrate, schema_version
 from threadline.storage import schema as schema_module
-from threadline.storage.cloudflare import CloudflareStorage
+from threadline.storage.cloudflare import CloudflareStorage, is_js_null
 from threadline.threads import ThreadRuntime, Turn
 from threadline.worker import ThreadObjectBase
 
@@ -256,6 +256,10 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS probe_alarms ("
     "  seq INTEGER PRIMARY KEY AUTOINCREMENT, fired_at INTEGER, retry_count INTEGER,"
     "  is_retry INTEGER, run TEXT)",
+    # What the alarm handler saw of its own slot (see StorageProbe.alarm).
+    "CREATE TABLE IF NOT EXISTS probe_alarm_slot ("
+    "  seq INTEGER PRIMARY KEY AUTOINCREMENT, at_start INTEGER, rearmed_at INTEGER,"
+    "  after_rearm INTEGER)",
 )
 
 
@@ -505,6 +509,22 @@ class StorageProbe(DurableObject):
             run,
         )
         print(f"probe alarm fired (retry {retry}, run {run!r})")
+        # The slot as the platform reports it to the handler (not the adapter's view), and,
+        # when a ``rearm`` item asks for it, after the handler writes the slot itself.
+        raw = self.storage._storage
+        at_start = await raw.getAlarm()
+        rearm = self.storage.exec("SELECT v FROM probe_items WHERE k = 'rearm'").first()
+        rearmed_at = after_rearm = None
+        if rearm is not None:
+            self.storage.exec("DELETE FROM probe_items WHERE k = 'rearm'")
+            rearmed_at = now_ms() + int(rearm["v"])
+            self.storage.set_alarm(rearmed_at)
+            after_rearm = await raw.getAlarm()
+        self.storage.exec(
+            "INSERT INTO probe_alarm_slot (at_start, rearmed_at, after_rearm) VALUES (?, ?, ?)",
+            None if is_js_null(at_start) else int(at_start), rearmed_at,
+            None if is_js_null(after_rearm) else int(after_rearm),
+        )
 
     def count(self, table: str) -> int:
         return int(self.storage.exec(f"SELECT COUNT(*) AS n FROM {table}").scalar())
@@ -963,6 +983,24 @@ class StorageProbe(DurableObject):
         except Exception as exc:
             return {"refused": str(exc)}
         return {"refused": None}
+
+    async def op_arm_rearming(self, delay_ms: str, rearm_ms: str) -> dict[str, Any]:
+        """Arm the slot ``delay_ms`` ahead; its handler then arms it ``rearm_ms`` ahead."""
+        due = now_ms() + int(delay_ms)
+
+        def body() -> None:
+            self.storage.exec(
+                "INSERT OR REPLACE INTO probe_items (k, v) VALUES ('rearm', ?)", str(rearm_ms))
+            self.storage.set_alarm(due)
+
+        self.storage.transaction(body)
+        return {"due": due, **await self.state()}
+
+    async def op_alarm_slots(self) -> dict[str, Any]:
+        """What each run of ``alarm()`` saw of the slot, and the slot now."""
+        rows = self.storage.exec(
+            "SELECT at_start, rearmed_at, after_rearm FROM probe_alarm_slot ORDER BY seq")
+        return {"seen": list(rows), **await self.state()}
 
     async def op_alarms(self) -> dict[str, Any]:
         """The rows ``alarm()`` wrote so far."""
