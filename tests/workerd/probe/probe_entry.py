@@ -671,13 +671,23 @@ class StorageProbe(DurableObject):
             before = self.storage.meter.reading()
             rows = self.storage.exec(sql, *params)
             delta = self.storage.meter.reading() - before
+            changed = rows.changed
+            asked = self.storage.meter.reading() - before
             figures[name] = {
                 "rows": [rows.rows_read, rows.rows_written],
-                "changed": rows.changed,
+                "changed": changed,
                 "meter": [delta.rows_read, delta.rows_written],
                 "statements": delta.statements,
+                "statements_once_asked": asked.statements,
                 "approximate": delta.approximate,
             }
+        # A count asked for after a later statement is refused, never another statement's.
+        late = self.storage.exec("UPDATE probe_plain SET v = 'y' WHERE id = 7")
+        self.storage.exec("SELECT 1 AS n")
+        try:
+            figures["late_count"] = {"changed": late.changed}
+        except Exception as exc:
+            figures["late_count"] = {"refused": type(exc).__name__}
         return figures
 
     async def op_gate(
