@@ -75,6 +75,10 @@ def busy_pass(runtime: Runtime, n: int) -> dict[str, Any]:
     return {"settled": settled, "alarms": len(alarms), "wall_s": took,
             "statements": sum(kinds.values()), "kinds": dict(kinds),
             "transactions": sum(a.get("transactions", 0) for a in alarms),
+            # Read on demand since the adapter reads changed-row counts lazily; before, each
+            # write's read was charged on a statement line of its own.
+            "changes_read": sum(a.get("changes_read", 0) for a in alarms)
+            or kinds.get("changes", 0),
             "rows_read": sum(a["rows_read"] for a in alarms),
             "rows_written": sum(a["rows_written"] for a in alarms), "obj": obj}
 
@@ -112,7 +116,7 @@ def main() -> None:
         ("INSERT/UPDATE/DELETE through the adapter (changes() excluded)",
          kinds.get("write", 0) / per, costs["exec_write"] - costs["changes"]
          if kinds.get("changes") else costs["exec_write"]),
-        ("SELECT changes() after a write", kinds.get("changes", 0) / per, costs["changes"]),
+        ("SELECT changes() read back", busy["changes_read"] / per, costs["changes"]),
         ("transactionSync (empty body)", busy["transactions"] / per, costs["transaction"]),
     ]
     accounted = 0.0

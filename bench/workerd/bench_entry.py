@@ -152,6 +152,7 @@ class BenchThreadObject(ThreadObjectBase):
         delayed submissions its pass admitted and which schedules fired in it)."""
         started = _now_ms()
         transactions = self.transactions
+        changes_read = getattr(self.storage, "changes_read", 0)
         waiting = self._scheduled()
         fired = self._fired()
         with self.log.measure() as cost:
@@ -167,6 +168,7 @@ class BenchThreadObject(ThreadObjectBase):
             "admitted": waiting - self._scheduled(),
             "fired": sorted(set(self._fired().items()) - set(fired.items())),
             "transactions": self.transactions - transactions,
+            "changes_read": getattr(self.storage, "changes_read", 0) - changes_read,
             **cost.as_dict(explain=True),
         })
 
