@@ -163,7 +163,7 @@ def burst_run(rt: AgentsRuntime, agent: str, n: int) -> dict[str, float]:
     into one fresh agent, ``CONCURRENCY`` clients; settled = the item's callback ran."""
     import httpx
 
-    from bench.over_http import IDLE_SAMPLES, SETTLE_S, drive, percentile
+    from bench.over_http import SETTLE_S, drive, idle_samples, percentile
 
     def quiet() -> dict[str, Any] | None:
         s = rt.call(agent, "status")
@@ -172,7 +172,7 @@ def burst_run(rt: AgentsRuntime, agent: str, n: int) -> dict[str, float]:
     rt.call(agent, "queue", n=-1)  # the agent's first rows (its tables) are not the burst's
     poll(lambda: rt.call(agent, "progress")["done"] == 1 and quiet(), "the warm-up item")
     idle: list[float] = []
-    for i in range(IDLE_SAMPLES):
+    for i in range(idle_samples(n)):
         sent = time.perf_counter()
         rt.call(agent, "queue", n=f"i{i}")
         idle.append((time.perf_counter() - sent) * 1000)

@@ -13,7 +13,7 @@ records through ``/_bench/{space}/progress`` (no SQL) and ``/_bench/{space}/stat
    answered, so it never competes with admission), and the POSTs' round trips (p50, p99, max),
    with the passes' durations and the round trips of the POSTs that overlapped a pass beside
    those that did not (see :func:`_gate`), and beside them the p50 of admissions into the
-   idle object (``IDLE_SAMPLES`` sequential POSTs, each after the last settled). The same
+   idle object (:func:`idle_samples` sequential POSTs, each after the last settled). The same
    burst goes through the Agents SDK (``bench.agents_sdk.burst``) with the same driver.
 4. Latency of a turn: ``n`` sequential ``echo`` submissions on one Thread while its event stream
    is open (see ``tests/workerd/echo_turns.py`` for what each figure measures and on which
@@ -82,8 +82,14 @@ def _warm(runtime: Runtime, space: str) -> Bench:
     return obj
 
 
-#: Sequential admissions into an idle object per run: the idle p50 the burst's is set beside.
+#: Sequential admissions into an idle object per run (fewer for a small burst, as --quick
+#: runs): the idle p50 the burst's is set beside.
 IDLE_SAMPLES = 15
+
+
+def idle_samples(n: int) -> int:
+    """How many idle admissions go with a burst of ``n``."""
+    return max(5, min(IDLE_SAMPLES, n // 20))
 
 
 def drive(n: int, post: Callable[[Any, int], None], client: Callable[[], Any]
@@ -118,12 +124,12 @@ def drive(n: int, post: Callable[[Any, int], None], client: Callable[[], Any]
     return admit_ms, spans, started, time.perf_counter()
 
 
-def idle_admissions(runtime: Runtime, obj: Bench, space: str) -> float:
-    """The p50 round trip of ``IDLE_SAMPLES`` admissions, each into a quiet object (the
-    previous one settled and no alarm set), so none overlaps a pass."""
+def idle_admissions(runtime: Runtime, obj: Bench, space: str, samples: int) -> float:
+    """The p50 round trip of ``samples`` admissions, each into a quiet object (the previous
+    one settled and no alarm set), so none overlaps a pass."""
     took: list[float] = []
     with _client(runtime) as client:
-        for i in range(IDLE_SAMPLES):
+        for i in range(samples):
             sent = time.perf_counter()
             done = submit_echo(client, thread_path(space, "idle"), f"i{i}")
             took.append((time.perf_counter() - sent) * 1000)
@@ -135,7 +141,7 @@ def idle_admissions(runtime: Runtime, obj: Bench, space: str) -> float:
 def burst_run(runtime: Runtime, space: str, n: int, threads: int) -> dict[str, float]:
     """One burst into a fresh space; the run's figures."""
     obj = _warm(runtime, space)
-    idle_p50 = idle_admissions(runtime, obj, space)
+    idle_p50 = idle_admissions(runtime, obj, space, idle_samples(n))
     since = int(obj.status()["alarms"])
 
     def post(client: httpx.Client, i: int) -> None:
