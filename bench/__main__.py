@@ -33,7 +33,7 @@ QUICK: dict[str, Any] = {"settled": [0, 100], "k": [10, 100], "burst": (50, 5), 
                          "schedules": [1, 100], "runs": 1}
 SYSTEMS = ("sim", "workerd", "agents")
 #: The scenarios each system measures: one none of whose scenarios is selected is not started.
-SCENARIOS_OF = {"sim": set("125789"), "workerd": set("12345789"), "agents": set("6")}
+SCENARIOS_OF = {"sim": set("125789"), "workerd": set("12345789"), "agents": set("36")}
 
 
 def _progress(message: str) -> None:

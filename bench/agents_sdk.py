@@ -3,6 +3,10 @@ same miniflare, metered by a thin wrapper around ``ctx.storage.sql.exec`` (see i
 
 (a) K pending ``schedule()``s with one due: rows read and written by the alarm(s) serving it.
 (b) one unit of work through ``queue()``: the call itself, then the alarms until it has run.
+
+Scenario 3's burst goes through it too (:func:`burst`): ``n`` ``queue()`` items POSTed to its
+HTTP entry by the driver that bursts into threadline (``bench.over_http.drive``), into one
+agent (one object, as threadline's burst goes into one space's object).
 """
 
 from __future__ import annotations
@@ -154,12 +158,78 @@ def unit_of_work(rt: AgentsRuntime, runs: int) -> list[Measurement]:
     return [admission, execution, total]
 
 
+def burst_run(rt: AgentsRuntime, agent: str, n: int) -> dict[str, float]:
+    """Scenario 3's burst through the Agents SDK: ``n`` ``queue()`` items over its HTTP entry
+    into one fresh agent, ``CONCURRENCY`` clients; settled = the item's callback ran."""
+    import httpx
+
+    from bench.over_http import SETTLE_S, drive, idle_samples, percentile
+
+    def quiet() -> dict[str, Any] | None:
+        s = rt.call(agent, "status")
+        return s if s["alarm"] is None and s["jobs"] == 0 else None
+
+    rt.call(agent, "queue", n=-1)  # the agent's first rows (its tables) are not the burst's
+    poll(lambda: rt.call(agent, "progress")["done"] == 1 and quiet(), "the warm-up item")
+    idle: list[float] = []
+    for i in range(idle_samples(n)):
+        sent = time.perf_counter()
+        rt.call(agent, "queue", n=f"i{i}")
+        idle.append((time.perf_counter() - sent) * 1000)
+        poll(lambda i=i: rt.call(agent, "progress")["done"] == i + 2 and quiet(),
+             "an idle item to run")
+    before = rt.call(agent, "progress")
+
+    def post(client: httpx.Client, i: int) -> None:
+        reply = client.get(f"/_agents/{agent}/queue", params={"n": i})
+        if reply.status_code != 200:
+            raise ScenarioError(f"queue() refused: HTTP {reply.status_code}: {reply.text[:300]}")
+
+    admit_ms, _, started, admitted = drive(
+        n, post, lambda: httpx.Client(base_url=rt.url, timeout=SETTLE_S))
+
+    def all_done() -> dict[str, Any] | None:
+        progress = rt.call(agent, "progress")
+        return progress if progress["done"] - before["done"] >= n else None
+
+    progress = poll(all_done, f"{n} queued items to run", timeout=SETTLE_S)
+    settled = time.perf_counter()
+    done = poll(quiet, "the agent to be quiet", timeout=SETTLE_S)
+    if progress["done"] - before["done"] != n or done["jobs"] != 0:
+        raise ScenarioError(f"expected {n} items run, got {progress} / {done}")
+    alarms = int(done["alarms"]) - int(before["alarms"])
+    return {
+        "alarms": alarms,
+        "alarms_per_submission": alarms / n,
+        "settlements_per_s": n / (settled - started),
+        "p50_ms": percentile(admit_ms, 0.5),
+        "p99_ms": percentile(admit_ms, 0.99),
+        "max_ms": max(admit_ms),
+        "idle_p50_ms": percentile(idle, 0.5),
+        "admission_s": admitted - started,
+        "settle_lag_s": settled - admitted,
+    }
+
+
+def burst(rt: AgentsRuntime, n: int, runs: int) -> Measurement:
+    """Scenario 3 through the Agents SDK: ``runs`` bursts, each into a fresh agent."""
+    from bench.over_http import CONCURRENCY
+
+    m = Measurement("3", AGENTS, f"{n:,} queue() items into one agent, concurrency {CONCURRENCY}")
+    for run in range(runs):
+        m.runs.append(burst_run(rt, f"burst-{n}-{run}", n))
+    return m
+
+
 def run(runner: Any, plan: dict[str, Any], runs: int) -> None:
-    """Start the Agents SDK runtime and run scenario 6 through ``runner``."""
+    """Start the Agents SDK runtime and run scenarios 3 and 6 through ``runner``."""
     rt = AgentsRuntime()
     runner.step("agents sdk: bundle and start", lambda: _started(rt))
     try:
         if rt.url:
+            n = plan["burst"][0]
+            runner.step(f"3 burst of {n:,} queue() items over HTTP [agents sdk]",
+                        lambda: burst(rt, n, runs))
             for k in plan["k"]:
                 runner.step(f"6a K={k:,} pending schedule()s [agents sdk]",
                             lambda k=k: schedules(rt, k, runs))

@@ -12,7 +12,9 @@ records through ``/_bench/{space}/progress`` (no SQL) and ``/_bench/{space}/stat
    first poll that sees every submission settled; polling starts once every POST has been
    answered, so it never competes with admission), and the POSTs' round trips (p50, p99, max),
    with the passes' durations and the round trips of the POSTs that overlapped a pass beside
-   those that did not (see :func:`_gate`).
+   those that did not (see :func:`_gate`), and beside them the p50 of admissions into the
+   idle object (:func:`idle_samples` sequential POSTs, each after the last settled). The same
+   burst goes through the Agents SDK (``bench.agents_sdk.burst``) with the same driver.
 4. Latency of a turn: ``n`` sequential ``echo`` submissions on one Thread while its event stream
    is open (see ``tests/workerd/echo_turns.py`` for what each figure measures and on which
    clock). Per run: p50 and p99 of each figure over its ``n`` turns.
@@ -26,7 +28,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from itertools import count
 from typing import Any
@@ -80,25 +82,36 @@ def _warm(runtime: Runtime, space: str) -> Bench:
     return obj
 
 
-def burst_run(runtime: Runtime, space: str, n: int, threads: int) -> dict[str, float]:
-    """One burst into a fresh space; the run's figures."""
-    obj = _warm(runtime, space)
-    since = int(obj.status()["alarms"])
+#: Sequential admissions into an idle object per run (fewer for a small burst, as --quick
+#: runs): the idle p50 the burst's is set beside.
+IDLE_SAMPLES = 15
+
+
+def idle_samples(n: int) -> int:
+    """How many idle admissions go with a burst of ``n``."""
+    return max(5, min(IDLE_SAMPLES, n // 20))
+
+
+def drive(n: int, post: Callable[[Any, int], None], client: Callable[[], Any]
+          ) -> tuple[list[float], list[tuple[float, float]], float, float]:
+    """POST ``n`` admissions from ``CONCURRENCY`` driver threads (one keep-alive ``client()``
+    each): every round trip (ms), each POST's (sent, answered) on the wall clock (ms), and
+    the ``perf_counter`` at the first POST and once every POST was answered. The same driver
+    bursts into threadline and into the Agents SDK."""
     numbers = count()
     lock = threading.Lock()
     admit_ms: list[float] = []
-    #: Each POST's (sent, answered) on the wall clock, to set beside the passes' own times.
     spans: list[tuple[float, float]] = []
 
     def worker() -> None:
-        with _client(runtime) as client:
+        with client() as session:
             while True:
                 with lock:
                     i = next(numbers)
                 if i >= n:
                     return
                 sent, sent_at = time.perf_counter(), time.time() * 1000
-                submit_echo(client, thread_path(space, f"t{i % threads}"), f"b{i}")
+                post(session, i)
                 took = (time.perf_counter() - sent) * 1000
                 with lock:
                     admit_ms.append(took)
@@ -108,7 +121,33 @@ def burst_run(runtime: Runtime, space: str, n: int, threads: int) -> dict[str, f
     with ThreadPoolExecutor(CONCURRENCY) as pool:
         for future in [pool.submit(worker) for _ in range(CONCURRENCY)]:
             future.result()
-    admitted = time.perf_counter()
+    return admit_ms, spans, started, time.perf_counter()
+
+
+def idle_admissions(runtime: Runtime, obj: Bench, space: str, samples: int) -> float:
+    """The p50 round trip of ``samples`` admissions, each into a quiet object (the previous
+    one settled and no alarm set), so none overlaps a pass."""
+    took: list[float] = []
+    with _client(runtime) as client:
+        for i in range(samples):
+            sent = time.perf_counter()
+            done = submit_echo(client, thread_path(space, "idle"), f"i{i}")
+            took.append((time.perf_counter() - sent) * 1000)
+            poll(lambda done=done: obj.status(done)["state"] == "settled" and obj.quiet(),
+                 "an idle admission to settle")
+    return percentile(took, 0.5)
+
+
+def burst_run(runtime: Runtime, space: str, n: int, threads: int) -> dict[str, float]:
+    """One burst into a fresh space; the run's figures."""
+    obj = _warm(runtime, space)
+    idle_p50 = idle_admissions(runtime, obj, space, idle_samples(n))
+    since = int(obj.status()["alarms"])
+
+    def post(client: httpx.Client, i: int) -> None:
+        submit_echo(client, thread_path(space, f"t{i % threads}"), f"b{i}")
+
+    admit_ms, spans, started, admitted = drive(n, post, lambda: _client(runtime))
 
     def all_settled() -> dict[str, Any] | None:
         progress = dict(obj.call("progress", since=since))
@@ -128,6 +167,7 @@ def burst_run(runtime: Runtime, space: str, n: int, threads: int) -> dict[str, f
         "p50_ms": percentile(admit_ms, 0.5),
         "p99_ms": percentile(admit_ms, 0.99),
         "max_ms": max(admit_ms),
+        "idle_p50_ms": idle_p50,
         "admission_s": admitted - started,
         "settle_lag_s": settled - admitted,
         "max_settled_per_pass": progress["max_settled"],

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.model import AGENTS, SIM, WORKERD, Measurement
-from bench.targets import SCENARIOS, billed_written
+from bench.targets import SCENARIOS, _at_least, billed_written
 
 COLUMNS = [
     ("rows_read", "rows read"),
@@ -27,6 +27,7 @@ OTHER = [
     ("alarms_per_submission", "alarms/submission", ".3f"),
     ("settlements_per_s", "settled/s", ".0f"),
     ("max_ms", "max ms", ".1f"),
+    ("idle_p50_ms", "idle admission p50 ms", ".1f"),
     ("admission_s", "admission s", ".2f"),
     ("settle_lag_s", "then settled in s", ".2f"),
 ]
@@ -118,6 +119,7 @@ def table(measurements: list[Measurement]) -> str:
             if mine:
                 for verdict in scenario.judge(mine):
                     lines.append(f"     [{system}] {verdict}")
+    lines += burst_side_by_side(measurements)
     ratios = side_by_side(measurements)
     if ratios:
         lines.append("")
@@ -130,6 +132,44 @@ def table(measurements: list[Measurement]) -> str:
                 f" = {_ratio(ratio['written_ratio'])}"
             )
     return "\n".join(lines)
+
+
+#: Scenario 3's figures set side by side: (key, label, format).
+BURST_FIGURES = [
+    ("settlements_per_s", "settled/s", ".0f"),
+    ("p50_ms", "admission p50 ms", ".1f"),
+    ("p99_ms", "admission p99 ms", ".1f"),
+    ("idle_p50_ms", "idle admission p50 ms", ".1f"),
+]
+
+
+def burst_side_by_side(measurements: list[Measurement]) -> list[str]:
+    """Scenario 3's burst through both systems: each figure (median [min-max]) and the ratio
+    threadline / Agents SDK of the medians; nothing unless both ran."""
+    ours = next((m for m in measurements if (m.scenario, m.system) == ("3", WORKERD)), None)
+    theirs = next((m for m in measurements if (m.scenario, m.system) == ("3", AGENTS)), None)
+    if ours is None or theirs is None:
+        return []
+    lines = ["", "Side by side, scenario 3's burst (threadline (workerd) | Agents SDK (workerd)"
+             " | threadline / Agents SDK):"]
+    mine, other = ours.summary(), theirs.summary()
+    for key, label, fmt in BURST_FIGURES:
+        if key not in mine or key not in other:
+            continue
+        a, b = mine[key]["median"], other[key]["median"]
+        ratio = f"{a / b:.2f}x" if b else "n/a"
+        lines.append(f"  {label}: {_range(mine[key], fmt)} | {_range(other[key], fmt)} | {ratio}")
+    ours_s, theirs_s = ours.median("settlements_per_s") or 0, theirs.median("settlements_per_s")
+    if theirs_s:
+        verdict = _at_least("settled/s against the Agents SDK's (ratio)", ours_s / theirs_s, 1)
+        lines.append(f"  goal: {verdict}")
+    ours_p, theirs_p = ours.median("p50_ms") or 0, theirs.median("p50_ms")
+    if theirs_p:
+        ratio_p = round(ours_p / theirs_p, 2)
+        lines.append("  goal: admission p50 against the Agents SDK's "
+                     + (f"{ratio_p:g}x <= 1.5x: met" if ratio_p <= 1.5
+                        else f"{ratio_p:g}x > 1.5x: MISSED"))
+    return lines
 
 
 def _ratio(value: float | None) -> str:

@@ -5,7 +5,7 @@
 // constructor runs: it calls the original, reads the whole cursor, adds the cursor's billed
 // rowsRead/rowsWritten to the counters and returns a cursor-like object over the rows read.
 // Alarm writes (setAlarm/deleteAlarm) are counted too. alarm() records each alarm's delta;
-// the /stats route reads the counters without running SQL.
+// the /alarms and /progress routes read the counters without running SQL.
 import { Agent, getAgentByName } from "agents";
 
 const FIELDS = ["statements", "rowsRead", "rowsWritten", "setAlarm", "deleteAlarm"];
@@ -114,6 +114,8 @@ export class BenchAgent extends Agent {
       const jobs = this.raw.exec("SELECT COUNT(*) AS n FROM cf_agents_jobs").toArray()[0].n;
       body = { alarm, now: Date.now(), jobs, ticks: this.ticks.length, done: this.done.length,
                alarms: this.alarmRuns.length };
+    } else if (op === "progress") {
+      body = { done: this.done.length, alarms: this.alarmRuns.length };
     } else if (op === "alarms") {
       body = { alarms: this.alarmRuns.slice(Number(q.since ?? 0)), meter: this.meter };
     } else {

@@ -64,6 +64,65 @@ class Default(AppDefault):
         )
 
 
+_SCRATCH = ("CREATE TABLE IF NOT EXISTS bench_scratch (id INTEGER PRIMARY KEY, v INTEGER, "
+            "body TEXT)")
+_ROW10 = ("SELECT 'sub-0123456789' AS id, 't1' AS thread_id, 'echo' AS agent, 'queued' AS state,"
+          " 1 AS seq, 2 AS attempts, NULL AS outcome, '{\"text\": \"hi\"}' AS input_json,"
+          " 1700000000000 AS created_at, 1700000000001 AS updated_at")
+_RECORD = {"role": "assistant", "text": "hello there", "meta": {"n": 1, "ok": True},
+           "submission_id": "sub-0123456789", "thread_id": "t1", "seq": 12}
+
+
+def _raw_exec(obj: Any) -> None:
+    obj.storage._sql.exec("SELECT 1 AS n")
+
+
+def _exec_select(obj: Any) -> None:
+    obj.log.unmetered_exec("SELECT 1 AS n")
+
+
+def _exec_row10(obj: Any) -> None:
+    obj.log.unmetered_exec(_ROW10)
+
+
+def _exec_update(obj: Any) -> None:
+    obj.log.unmetered_exec("INSERT OR REPLACE INTO bench_scratch (id, v) VALUES (1, 1)")
+
+
+def _changes(obj: Any) -> None:
+    obj.storage._sql.exec("SELECT changes() AS n").toArray()
+
+
+def _transaction(obj: Any) -> None:
+    obj.storage.transaction(lambda: None)
+
+
+def _json(obj: Any) -> None:
+    json.loads(json.dumps(_RECORD, sort_keys=True, separators=(",", ":")))
+
+
+def _now(obj: Any) -> None:
+    obj.space.clock.now_ms()
+
+
+def _nothing(obj: Any) -> None:
+    return None
+
+
+#: The pieces ``op_unit_cost`` repeats, by name.
+UNITS = {
+    "nothing": _nothing,
+    "raw_exec": _raw_exec,
+    "exec_select": _exec_select,
+    "exec_row10": _exec_row10,
+    "exec_write": _exec_update,
+    "changes": _changes,
+    "transaction": _transaction,
+    "json_roundtrip": _json,
+    "clock_now": _now,
+}
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -78,11 +137,22 @@ class BenchThreadObject(ThreadObjectBase):
         self.log = StatementLog(self.storage)
         #: One entry per alarm handler run by this incarnation.
         self.alarms: list[dict[str, Any]] = []
+        #: Transactions begun (outermost and nested), for the profile of a pass.
+        self.transactions = 0
+        transaction = self.storage.transaction
+
+        def counted(fn: Any) -> Any:
+            self.transactions += 1
+            return transaction(fn)
+
+        self.storage.transaction = counted  # type: ignore[method-assign]
 
     async def alarm(self, alarm_info: Any = None) -> None:
         """The deployed alarm, with its storage cost recorded (and, unmetered, how many
         delayed submissions its pass admitted and which schedules fired in it)."""
         started = _now_ms()
+        transactions = self.transactions
+        changes_read = getattr(self.storage, "changes_read", 0)
         waiting = self._scheduled()
         fired = self._fired()
         with self.log.measure() as cost:
@@ -97,6 +167,8 @@ class BenchThreadObject(ThreadObjectBase):
             "dispatched": None if report is None else report.dispatched,
             "admitted": waiting - self._scheduled(),
             "fired": sorted(set(self._fired().items()) - set(fired.items())),
+            "transactions": self.transactions - transactions,
+            "changes_read": getattr(self.storage, "changes_read", 0) - changes_read,
             **cost.as_dict(explain=True),
         })
 
@@ -149,6 +221,16 @@ class BenchThreadObject(ThreadObjectBase):
 
         self.storage.transaction(admit)
         return {"admitted": int(n)}
+
+    async def op_unit_cost(self, what: str, n: str) -> dict[str, Any]:
+        """Repeat one piece of a pass ``n`` times inside this request (the driver times the
+        round trip: inside workerd the clock stands still while Python runs). See
+        ``bench/profile_pass.py``."""
+        unit = UNITS[what]
+        self.log.unmetered_exec(_SCRATCH)
+        for _ in range(int(n)):
+            unit(self)
+        return {"what": what, "n": int(n)}
 
     async def op_publication(self) -> dict[str, Any]:
         """Batches delivered to each subscriber by this incarnation (no SQL)."""

@@ -33,6 +33,7 @@ from threadline.maintenance.readout import MaintenanceReadout
 from threadline.maintenance.schedule_lanes import ScheduleRunner, lanes_key
 from threadline.messages import Accepted, MessageRouter, Verdict
 from threadline.outbound import HttpPort
+from threadline.pause import Pause, no_pause
 from threadline.scheduling import (
     DELAYED,
     MESSAGES,
@@ -68,7 +69,9 @@ class Space:
     are still admitted locally, in one transaction. A stored name is never replaced: a
     different one given later is logged and ignored (one object serves one name).
     ``router`` delivers messages into other spaces (see :mod:`threadline.messages`); without
-    one they fail with ``NoRoute``.
+    one they fail with ``NoRoute``. ``pause`` is what a long pass awaits between Attempts to
+    let the platform deliver waiting requests (see :mod:`threadline.pause`; by default it
+    returns without suspending).
     """
 
     def __init__(
@@ -84,6 +87,7 @@ class Space:
         router: MessageRouter | None = None,
         env: Any = None,
         http: HttpPort | None = None,
+        pause: Pause | None = None,
     ) -> None:
         self.app = app
         #: The space's id, once known (see the class docstring).
@@ -146,6 +150,7 @@ class Space:
             storage=storage, clock=self.clock, config=config, rng=self.rng,
             scheduler=self.scheduler, runtime=self.runtime, lanes=self.lanes,
             faults=self.faults, bindings=self.bindings, publication=self.publication,
+            pause=pause if pause is not None else no_pause,
         ))
         self.api = ApiContext(
             storage=storage,

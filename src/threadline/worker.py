@@ -16,7 +16,7 @@ from http import HTTPMethod
 from typing import Any, ClassVar
 
 import js
-from pyodide.ffi import create_proxy, to_js
+from pyodide.ffi import create_once_callable, create_proxy, to_js
 from workers import DurableObject, Response, WorkerEntrypoint, fetch
 
 from threadline.api import edge
@@ -338,6 +338,17 @@ def _object_name(ctx: Any) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
+async def yield_to_events() -> None:
+    """The deployed :class:`~threadline.pause.Pause`: a JavaScript ``setTimeout(0)``.
+
+    A timer is a macrotask: workerd delivers the requests waiting for the object before it
+    fires. ``asyncio.sleep`` (even of a millisecond) and a resolved promise stay inside the
+    running event and deliver nothing (measured: ``tests/workerd/test_workerd_yield.py``).
+    """
+    await js.Promise.new(create_once_callable(
+        lambda resolve, _reject: js.setTimeout(resolve, 0)))
+
+
 class ThreadObjectBase(DurableObject):
     """The Durable Object hosting one space: migrates on start, serves routes, runs the alarm.
 
@@ -355,7 +366,8 @@ class ThreadObjectBase(DurableObject):
         # where JavaScript calls belong.
         self.space = Space(self.app, self.storage, name=_object_name(ctx),
                            router=BindingRouter(env, self.binding),
-                           env=DeliveryEnv(env), http=WorkersFetch())
+                           env=DeliveryEnv(env), http=WorkersFetch(),
+                           pause=yield_to_events)
         ctx.blockConcurrencyWhile(self.space.start)
 
     async def fetch(self, request: Any) -> Response:

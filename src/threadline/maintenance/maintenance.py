@@ -77,6 +77,7 @@ from threadline.maintenance.lanes import LaneRunner, WaveResult
 from threadline.maintenance.publication import Publication
 from threadline.maintenance.report import PassPhase, PassReport, PassReports, failure_fields
 from threadline.maintenance.view import Need, ThreadView, classify
+from threadline.pause import Pause, no_pause
 from threadline.scheduling import (
     NATIVE,
     PUBLICATION,
@@ -127,6 +128,8 @@ class MaintenanceParts:
     log: Callable[[str], None] | None = None
     #: Delivery to the declared subscribers (None: the pass delivers nothing).
     publication: Publication | None = None
+    #: Awaited between Attempts and before each lane wave (see :mod:`threadline.pause`).
+    pause: Pause = no_pause
 
 
 @dataclass
@@ -344,6 +347,7 @@ class Maintenance:
         self._faults = parts.faults
         self._bindings = parts.bindings
         self._publication = parts.publication
+        self._pause = parts.pause
         self._log = parts.log if parts.log is not None else _logger.error
         #: Recent pass reports of this incarnation (failed ones are durable too).
         self.reports = PassReports(parts.storage)
@@ -589,6 +593,7 @@ class Maintenance:
         # A wave woken late in the pass whose allowance no longer fits is not started (the
         # lane stays due for the next event, uncharged): see LaneRunner.run_wave.
         tally.waves.add(lane.id)
+        await self._pause()
         result = await self._lanes.run_wave(lane, until=until, selected_at=selected_at)
         if result.newly_parked:
             tally.parked_lanes = True
@@ -691,6 +696,9 @@ class Maintenance:
                             holder = self._publication.gated_thread(thread_id)
                             if holder is not None:
                                 gated[thread_id] = holder
+                # Requests waiting for the object are served before the next Attempt starts:
+                # what they admit is in the next scan.
+                await self._pause()
         finally:
             deadline.cancel()
             for thread_id, task in tasks.items():

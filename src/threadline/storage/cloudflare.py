@@ -51,7 +51,7 @@ from threadline.storage.port import Row, Rows, SqlValue, statement_verb
 
 T = TypeVar("T")
 
-#: Statements whose changed-row count is read back with ``changes()``.
+#: Statements whose changed-row count is read back with ``changes()``, when asked for.
 _CHANGING_VERBS = frozenset({"INSERT", "UPDATE", "DELETE", "REPLACE"})
 _CHANGES = "SELECT changes() AS n"
 
@@ -101,6 +101,28 @@ def _to_row(raw: Any) -> Row:
     return {str(key): _to_python(value) for key, value in mapping.items()}
 
 
+def _to_rows(raw: Any) -> list[Row]:
+    """Every row of a ``toArray()`` as plain dicts, converted in one call; JS null becomes
+    None and a blob ``bytes`` (as :func:`_to_row` does one row at a time)."""
+    if isinstance(raw, list):  # already Python (a test double)
+        return [_to_row(row) for row in raw]
+    if not raw.length:
+        return []
+    converted = raw.to_py()
+    null = _jsnull()
+    for row in converted:
+        for key, value in row.items():
+            if value is None:
+                continue
+            if value is null:
+                row[key] = None
+            elif isinstance(value, memoryview):
+                row[key] = bytes(value)
+            elif not isinstance(value, int | float | str | bytes):
+                row[key] = _to_python(value)
+    return converted  # type: ignore[no-any-return]
+
+
 def _bind(value: SqlValue) -> Any:
     if value is None:
         null = _jsnull()
@@ -115,8 +137,9 @@ def _bind(value: SqlValue) -> Any:
 
 
 def _counter(cursor: Any, name: str) -> int:
-    binding = getattr(cursor, "_binding", cursor)
-    value = getattr(binding, name, 0)
+    # The cursor comes from the JS binding itself (never the SDK's wrapper): no lookup of a
+    # ``_binding`` first, which costs a failed JS property read per counter.
+    value = getattr(cursor, name, 0)
     return 0 if is_js_null(value) else int(value)
 
 
@@ -131,6 +154,10 @@ class CloudflareStorage:
         self._alarm: int | None = None
         self._alarm_writes = 0
         self._depth = 0
+        #: Statements run through :meth:`exec`: a changed-row count is good until the next.
+        self._statements = 0
+        #: ``SELECT changes()`` reads so far (a figure for the profile of a pass).
+        self.changes_read = 0
         #: after_commit callbacks, one list per open transaction level.
         self._after: list[list[Callable[[], None]]] = []
 
@@ -139,7 +166,9 @@ class CloudflareStorage:
         cursor: Any = None
         try:
             cursor = self._sql.exec(sql, *[_bind(p) for p in params])
-            rows = [_to_row(raw) for raw in cursor]
+            # One crossing for every row (toArray) and one conversion of them all, rather
+            # than a crossing per row and another per row's conversion.
+            rows = _to_rows(cursor.toArray())
             read = _counter(cursor, "rowsRead")
             written = _counter(cursor, "rowsWritten")
         except Exception as exc:
@@ -149,16 +178,28 @@ class CloudflareStorage:
         finally:
             del cursor
         self.meter.record(read, written)
-        changed = self._changes() if statement_verb(sql) in _CHANGING_VERBS else 0
-        return Rows(rows, read, written, changed=changed)
+        self._statements += 1
+        if statement_verb(sql) not in _CHANGING_VERBS:
+            return Rows(rows, read, written)
+        return Rows(rows, read, written, changes=self._count_of(self._statements))
+
+    def _count_of(self, statement: int) -> Callable[[], int]:
+        # The cursor has no changed-row count and rowsWritten also counts index entries, so a
+        # compare-and-set asks SQLite; only when it asks (most writes never do), and while
+        # SQLite's count is still that statement's.
+        def count() -> int:
+            if self._statements != statement:
+                raise StorageError("a changed-row count was asked for after a later statement")
+            return self._changes()
+
+        return count
 
     def _changes(self) -> int:
-        # The cursor has no changed-row count and rowsWritten also counts index entries, so a
-        # compare-and-set asks SQLite directly, in the same synchronous turn as its statement.
+        self.changes_read += 1
         cursor: Any = None
         try:
             cursor = self._sql.exec(_CHANGES)
-            counted = [_to_row(raw) for raw in cursor]
+            counted = _to_rows(cursor.toArray())
             read, written = _counter(cursor, "rowsRead"), _counter(cursor, "rowsWritten")
         except Exception as exc:
             raise StorageError(f"reading the changed-row count failed: {exc}") from exc

@@ -24,12 +24,29 @@ class Rows:
     ``changes()``): the count a compare-and-set checks. ``rows_written`` is the billed cost,
     which on Cloudflare also counts every index entry the statement touched, so it must never
     be used as a row count.
+
+    A storage may give ``changes`` as a function that reads the count when ``changed`` is first
+    asked for (Cloudflare's cursor has no such count: reading it is a statement of its own, so
+    a write whose count nobody checks does not pay for it). Such a count is SQLite's count of
+    the LAST statement: ask for it before the next statement runs (a storage raises
+    :class:`StorageError` otherwise).
     """
 
     rows: list[Row] = field(default_factory=list)
     rows_read: int = 0
     rows_written: int = 0
-    changed: int = 0
+    #: The changed-row count, or the function that reads it (see the class docstring).
+    changes: int | Callable[[], int] = field(default=0, repr=False)
+
+    @property
+    def changed(self) -> int:
+        """How many rows the statement itself changed (read once, then kept)."""
+        counted = self.changes
+        if isinstance(counted, int):
+            return counted
+        value = counted()
+        object.__setattr__(self, "changes", value)
+        return value
 
     def __iter__(self) -> Iterator[Row]:
         return iter(self.rows)

@@ -32,6 +32,8 @@ _SLOT_WRITE = (
 )
 _SLOT_DELETE = "DELETE FROM tl_platform_alarm WHERE id = 1"
 _READING_VERBS = ("UPDATE", "DELETE")
+#: Statements with a changed-row count.
+_CHANGING_VERBS = frozenset({"INSERT", "UPDATE", "DELETE", "REPLACE"})
 _VM_STEP_GRANULARITY = 64
 
 
@@ -59,6 +61,8 @@ class SqliteStorage:
         self.vm_steps = 0
         self._savepoints = itertools.count(1)
         self._depth = 0
+        #: Statements run so far: a changed-row count is good until the next one.
+        self._statements = 0
         #: after_commit callbacks, one list per open transaction level.
         self._after: list[list[Callable[[], None]]] = []
         try:
@@ -103,7 +107,21 @@ class SqliteStorage:
         rows = [dict(row) for row in fetched]
         read = len(rows) + (written if statement_verb(sql) in _READING_VERBS else 0)
         self.meter.record(read, written)
-        return Rows(rows, read, written, changed=written)
+        self._statements += 1
+        if statement_verb(sql) not in _CHANGING_VERBS:
+            return Rows(rows, read, written)
+        return Rows(rows, read, written, changes=self._count_of(self._statements, written))
+
+    def _count_of(self, statement: int, written: int) -> Callable[[], int]:
+        # The count is known at once here; it is handed out as Cloudflare hands it out (read
+        # on demand, only until the next statement) so that code asking for it too late fails
+        # in these tests rather than in workerd.
+        def count() -> int:
+            if self._statements != statement:
+                raise StorageError("a changed-row count was asked for after a later statement")
+            return written
+
+        return count
 
     def in_transaction(self) -> bool:
         """True while a ``transaction`` body is running."""

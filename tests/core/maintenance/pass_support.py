@@ -12,6 +12,7 @@ from threadline.clock import ManualClock
 from threadline.config import RuntimeConfig
 from threadline.ids import RandomIds
 from threadline.maintenance import PassReport
+from threadline.pause import Pause
 from threadline.scheduling import Failpoints, read_state
 from threadline.space import Space
 from threadline.storage import SqliteStorage
@@ -29,8 +30,10 @@ class Obj:
         storage: SqliteStorage,
         clock: ManualClock,
         make_app: Callable[[], Application],
+        pause: Pause | None = None,
     ) -> None:
         self.storage = storage
+        self.pause = pause
         self.clock = clock
         self.make_app = make_app
         self.incarnation = 0
@@ -46,6 +49,7 @@ class Obj:
             rng=random.Random(self.incarnation),
             ids=RandomIds(random.Random(1_000 + self.incarnation)),
             failpoints=self.failpoints,
+            pause=self.pause,
         )
         self.space.maintenance._log = self.logs.append
         self.space.lanes._log = self.logs.append

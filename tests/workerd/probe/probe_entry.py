@@ -147,6 +147,21 @@ async def probe_echo(turn: Turn) -> Any:
     return await turn.step("echo", work)
 
 
+@threads_app.agent("probe-busy")
+async def probe_busy(turn: Turn) -> Any:
+    """A step that keeps the object busy without awaiting any I/O (``input["work"]``
+    synchronous statements): a pass of many of these holds the object as long as it runs."""
+
+    def work() -> Any:
+        storage = EFFECTS["storage"]
+        assert isinstance(turn.input, dict)
+        for _ in range(int(turn.input["work"])):
+            storage.exec("SELECT 1 AS n")
+        return {"busy": turn.input["work"]}
+
+    return await turn.step("work", work)
+
+
 @threads_app.agent("probe-slow")
 async def probe_slow(turn: Turn) -> Any:
     """A step that hangs in its first Attempt until the runtime is killed under it."""
@@ -271,6 +286,24 @@ class LostAtCommit(Exception):
     """Cuts a producer off the instant its outermost transaction commits."""
 
 
+async def _pause(kind: str) -> None:
+    """One of the awaits a long synchronous loop might give the object up with."""
+    import js
+    from pyodide.ffi import create_once_callable
+
+    if kind == "sleep0":
+        await asyncio.sleep(0)
+    elif kind == "sleep1ms":
+        await asyncio.sleep(0.001)
+    elif kind == "microtask":
+        await js.Promise.resolve(0)
+    elif kind == "settimeout0":
+        await js.Promise.new(create_once_callable(
+            lambda resolve, reject: js.setTimeout(resolve, 0)))
+    elif kind != "none":
+        raise ValueError(f"no pause {kind!r}")
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -375,11 +408,30 @@ class ProbeThreadObject(ThreadObjectBase):
     def __init__(self, ctx: Any, env: Any) -> None:
         super().__init__(ctx, env)
         EFFECTS["storage"] = self.storage
+        #: In the order they happened: ("pass-start", n), ("pass-end", n) of each alarm's
+        #: pass, and ("admitted", n or None) when an API admission is answered (n: the pass
+        #: running then).
+        self.events: list[tuple[str, int | None]] = []
+        self.passes = 0
+        self.running: int | None = None
+
+    async def alarm(self, alarm_info: Any = None) -> None:
+        self.passes += 1
+        self.running = number = self.passes
+        self.events.append(("pass-start", number))
+        try:
+            await super().alarm(alarm_info)
+        finally:
+            self.running = None
+            self.events.append(("pass-end", number))
 
     async def fetch(self, request: Any) -> Response:
         url = urlsplit(str(request.url))
         if not url.path.startswith(THREADS_PREFIX):
-            return await super().fetch(request)
+            answer = await super().fetch(request)
+            if str(request.method).upper() == "POST" and url.path.endswith("/submissions"):
+                self.events.append(("admitted", self.running))
+            return answer
         op = url.path[len(THREADS_PREFIX) :].split("/", 2)[1]
         args = dict(parse_qsl(url.query))
         for statement in THREADS_SCHEMA:
@@ -387,6 +439,15 @@ class ProbeThreadObject(ThreadObjectBase):
         ledger = self.space.runtime.ledger
         if op == "install":  # the test-only tables and trigger above, before any run
             body: dict[str, Any] = {}
+        elif op == "seed":  # ``n`` submissions, one Thread each, in one transaction
+            def seed() -> list[str]:
+                return [ledger.admit(f"{args['prefix']}-{i}", args["agent"],
+                                     json.loads(args["input"])).submission.id
+                        for i in range(int(args["n"]))]
+
+            body = {"ids": self.storage.transaction(seed)}
+        elif op == "passes":  # no SQL: answered at once whenever the object is given a turn
+            body = {"running": self.running, "passes": self.passes, "events": self.events}
         elif op == "admit":
             admitted = ledger.admit(args["thread"], args["agent"], json.loads(args["input"]))
             body = {"id": admitted.submission.id}
@@ -636,13 +697,23 @@ class StorageProbe(DurableObject):
             before = self.storage.meter.reading()
             rows = self.storage.exec(sql, *params)
             delta = self.storage.meter.reading() - before
+            changed = rows.changed
+            asked = self.storage.meter.reading() - before
             figures[name] = {
                 "rows": [rows.rows_read, rows.rows_written],
-                "changed": rows.changed,
+                "changed": changed,
                 "meter": [delta.rows_read, delta.rows_written],
                 "statements": delta.statements,
+                "statements_once_asked": asked.statements,
                 "approximate": delta.approximate,
             }
+        # A count asked for after a later statement is refused, never another statement's.
+        late = self.storage.exec("UPDATE probe_plain SET v = 'y' WHERE id = 7")
+        self.storage.exec("SELECT 1 AS n")
+        try:
+            figures["late_count"] = {"changed": late.changed}
+        except Exception as exc:
+            figures["late_count"] = {"refused": type(exc).__name__}
         return figures
 
     async def op_gate(
@@ -1001,6 +1072,26 @@ class StorageProbe(DurableObject):
         rows = self.storage.exec(
             "SELECT at_start, rearmed_at, after_rearm FROM probe_alarm_slot ORDER BY seq")
         return {"seen": list(rows), **await self.state()}
+
+    async def op_spin(self, kind: str, rounds: str, work: str) -> dict[str, Any]:
+        """Keep the object busy for ``rounds`` rounds of ``work`` synchronous statements each,
+        awaiting ``kind`` between rounds (see :func:`_pause`); meanwhile ``op_peek`` says
+        whether a request was delivered while the spin ran."""
+        self.spinning = True
+        self.spun = 0
+        try:
+            for _ in range(int(rounds)):
+                for _ in range(int(work)):
+                    self.storage.exec("SELECT 1 AS n")
+                self.spun += 1
+                await _pause(kind)
+        finally:
+            self.spinning = False
+        return {"rounds": self.spun}
+
+    async def op_peek(self) -> dict[str, Any]:
+        """Whether a spin is running now, and how many of its rounds are done."""
+        return {"spinning": getattr(self, "spinning", False), "spun": getattr(self, "spun", 0)}
 
     async def op_alarms(self) -> dict[str, Any]:
         """The rows ``alarm()`` wrote so far."""
