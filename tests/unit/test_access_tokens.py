@@ -205,3 +205,14 @@ def test_a_subject_with_surrounding_whitespace_is_refused_at_minting() -> None:
     # A header carries the subject to the object, and headers lose surrounding whitespace.
     with pytest.raises(ValueError, match="whitespace"):
         _token(subject=" user:42 ")
+
+
+def test_the_longest_lifetime_and_token_length_are_inclusive_bounds() -> None:
+    week = _token(ttl=access.MAX_TTL)
+    assert verify(week, KEYS, now_ms=NOW).expires_at == NOW // 1000 + 7 * 24 * 3600
+    padded = _token(subject="u" * 256, thread="t" * 128)
+    assert len(padded) < access.MAX_TOKEN_LENGTH
+    with pytest.raises(TokenRejected, match="not a threadline"):
+        verify("x" * access.MAX_TOKEN_LENGTH, KEYS, now_ms=NOW)
+    with pytest.raises(TokenRejected, match="too long"):
+        verify("x" * (access.MAX_TOKEN_LENGTH + 1), KEYS, now_ms=NOW)
