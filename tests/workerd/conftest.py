@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from workerd_runtime import ROOT, Runtime
+from workerd_runtime import ROOT, SIGNING_KEYS, Runtime
 
 PROBE = Path(__file__).resolve().parent / "probe"
 BUNDLE = ROOT / ".threadline" / "bundle-test"
@@ -90,3 +90,14 @@ def workerd(
         yield runtime
     finally:
         runtime.stop()
+
+
+@pytest.fixture(scope="session")
+def signed(
+    start_runtime: Callable[..., Runtime], tmp_path_factory: pytest.TempPathFactory
+) -> Runtime:
+    """A runtime whose Worker also accepts scoped tokens signed with ``SIGNING_KEYS``."""
+    started = start_runtime(tmp_path_factory.mktemp("signed"),
+                            THREADLINE_SIGNING_KEYS=SIGNING_KEYS)
+    started.warm()
+    return started

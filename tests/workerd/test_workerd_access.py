@@ -4,27 +4,23 @@ stream (as ``?access_token=``, the way a browser's ``EventSource`` sends it) and
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
 from httpx_sse import connect_sse
+from workerd_runtime import SIGNING_KEYS as KEYS
 from workerd_runtime import TOKEN, Runtime, wait_for
 
 from threadline import access
 
-KEYS = "k1:" + "w" * 40
 SPACE = "access-tests"
 READ_TIMEOUT_S = 10.0
 
 
-@pytest.fixture(scope="module")
-def runtime(start_runtime: Callable[..., Runtime], tmp_path_factory: pytest.TempPathFactory
-            ) -> Runtime:
-    started = start_runtime(tmp_path_factory.mktemp("access"), THREADLINE_SIGNING_KEYS=KEYS)
-    started.warm()
-    return started
+@pytest.fixture
+def runtime(signed: Runtime) -> Runtime:
+    return signed
 
 
 def _thread(name: str, space: str = SPACE) -> str:

@@ -5,26 +5,22 @@ dropped by the Worker, never recorded."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 import pytest
+from workerd_runtime import SIGNING_KEYS as KEYS
 from workerd_runtime import TOKEN, Runtime, wait_for
 
 from threadline import access
 from threadline.access import SUBJECT_HEADER
 
-KEYS = "k1:" + "s" * 40
 SPACE = "subject-tests"
 TIMEOUT_S = 20.0
 
 
-@pytest.fixture(scope="module")
-def runtime(start_runtime: Callable[..., Runtime], tmp_path_factory: pytest.TempPathFactory
-            ) -> Runtime:
-    started = start_runtime(tmp_path_factory.mktemp("subjects"), THREADLINE_SIGNING_KEYS=KEYS)
-    started.warm()
-    return started
+@pytest.fixture
+def runtime(signed: Runtime) -> Runtime:
+    return signed
 
 
 def _thread(name: str) -> str:

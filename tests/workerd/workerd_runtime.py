@@ -15,6 +15,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "workerd-test-token"
+#: The signing keys of the runtime that accepts scoped tokens (the ``signed`` fixture).
+SIGNING_KEYS = "k1:" + "w" * 40
 #: Bound on start-up (workerd) and on the first request (Pyodide boot + imports).
 START_TIMEOUT_S = 30.0
 BOOT_TIMEOUT_S = 60.0
