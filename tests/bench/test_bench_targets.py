@@ -94,3 +94,23 @@ def test_one_submission_is_judged_against_fourteen_billed_rows() -> None:
         "end to end: rows written (billed) 14 <= 14: met"]
     assert _verdicts("2", [_unit(15)]) == [
         "end to end: rows written (billed) 15 > 14: MISSED by 1 (1.1x)"]
+
+
+def test_the_caught_up_and_timer_targets_are_the_issues_figures() -> None:
+    from bench.model import Measurement
+
+    caught_up = BY_ID["1"].judge
+    timers = BY_ID["5"].judge
+    assert caught_up is not None and timers is not None
+
+    def measured(case: str, read: int, written: int) -> Measurement:
+        return Measurement(scenario="x", system="threadline (workerd)", case=case,
+                           runs=[{"rows_read": read, "rows_written": written,
+                                  "set_alarm": 0, "delete_alarm": 0}])
+
+    assert all(v.endswith("met") for v in caught_up([measured("settled=0", 1, 0)]))
+    assert any("MISSED" in v for v in caught_up([measured("settled=0", 1, 1)]))
+    verdicts = timers([measured("K=10", 20, 6), measured("K=100", 20, 6)])
+    assert all(v.endswith("met") for v in verdicts)
+    assert any("MISSED" in v for v in timers([measured("K=10", 20, 6),
+                                               measured("K=100", 21, 6)]))
