@@ -292,8 +292,9 @@ def test_a_runtime_restarted_mid_flow_settles_each_submission_once(
         expected: list[tuple[str, str]] = []
         for location in locations:
             # The runtime's records framing each run's own, each once: the gate's approval
-            # request (however many times its Attempt asked), the settlement.
+            # request (however many times its Attempt asked) and its decision, the settlement.
             if location == gate:
                 expected.append((ids[location], "approval.requested"))
+                expected.append((ids[location], "approval.decided"))
             expected += [(ids[location], "record"), (ids[location], "submission.settled")]
         assert [(r["submission_id"], r["kind"]) for r in records] == expected
