@@ -490,3 +490,16 @@ def test_unreadable_signing_keys_refuse_every_token_and_say_why_in_the_log(
     assert isinstance(minted, edge.Forward)
     problem = checks.answer(minted, b'{"space": "acme"}').json()
     assert problem["status"] == 503 and "THREADLINE_SIGNING_KEYS" in problem["detail"]
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"space": "acme", "subject": "\u0003"}, "subject"),
+    ({"space": "acme", "subject": " padded "}, "subject"),
+    ({"space": ".."}, "space"),
+    ({"space": "acme", "thread": "."}, "thread"),
+])
+def test_minting_refuses_what_a_principal_could_not_hold_with_422(
+    worker: Worker, body: dict[str, Any], field: str
+) -> None:
+    problem = _problem(worker.call("POST", "/v1/tokens", body, token=API_TOKEN), 422)
+    assert problem["field"] == field

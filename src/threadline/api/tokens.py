@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from threadline.access import (
     MAX_TTL,
@@ -24,6 +24,7 @@ from threadline.api.body import read_body
 from threadline.api.http import Request, Response, model_response
 from threadline.api.models import ID_REGEX
 from threadline.errors import Forbidden
+from threadline.threads.model import valid_subject
 
 _Id = Annotated[str, Field(pattern=ID_REGEX, max_length=128)]
 #: A capability's name (see :class:`threadline.access.Capability`).
@@ -48,7 +49,22 @@ class TokenRequest(BaseModel):
         900, ge=1, le=int(MAX_TTL.total_seconds()), description="Lifetime in seconds.")
     subject: str | None = Field(
         None, min_length=1, max_length=256,
-        description="Who the holder is; recorded on what the token causes.")
+        description="Who the holder is; recorded on what the token causes. Printable text"
+                    " without surrounding whitespace.")
+
+    @field_validator("space", "thread")
+    @classmethod
+    def _not_a_dot_segment(cls, value: str | None) -> str | None:
+        if value in (".", ".."):
+            raise ValueError("must not be '.' or '..'")
+        return value
+
+    @field_validator("subject")
+    @classmethod
+    def _printable(cls, value: str | None) -> str | None:
+        if value is not None and not valid_subject(value):
+            raise ValueError("must be printable text without surrounding whitespace")
+        return value
 
 
 class TokenGrant(BaseModel):
