@@ -163,7 +163,7 @@ def burst_run(rt: AgentsRuntime, agent: str, n: int) -> dict[str, float]:
     into one fresh agent, ``CONCURRENCY`` clients; settled = the item's callback ran."""
     import httpx
 
-    from bench.over_http import SETTLE_S, drive, idle_samples, percentile
+    from bench.over_http import SETTLE_S, burst_figures, drive, idle_samples, percentile
 
     def quiet() -> dict[str, Any] | None:
         s = rt.call(agent, "status")
@@ -197,18 +197,8 @@ def burst_run(rt: AgentsRuntime, agent: str, n: int) -> dict[str, float]:
     done = poll(quiet, "the agent to be quiet", timeout=SETTLE_S)
     if progress["done"] - before["done"] != n or done["jobs"] != 0:
         raise ScenarioError(f"expected {n} items run, got {progress} / {done}")
-    alarms = int(done["alarms"]) - int(before["alarms"])
-    return {
-        "alarms": alarms,
-        "alarms_per_submission": alarms / n,
-        "settlements_per_s": n / (settled - started),
-        "p50_ms": percentile(admit_ms, 0.5),
-        "p99_ms": percentile(admit_ms, 0.99),
-        "max_ms": max(admit_ms),
-        "idle_p50_ms": percentile(idle, 0.5),
-        "admission_s": admitted - started,
-        "settle_lag_s": settled - admitted,
-    }
+    return burst_figures(n, int(done["alarms"]) - int(before["alarms"]), admit_ms,
+                         percentile(idle, 0.5), started, admitted, settled)
 
 
 def burst(rt: AgentsRuntime, n: int, runs: int) -> Measurement:

@@ -124,6 +124,24 @@ def drive(n: int, post: Callable[[Any, int], None], client: Callable[[], Any]
     return admit_ms, spans, started, time.perf_counter()
 
 
+def burst_figures(n: int, alarms: int, admit_ms: list[float], idle_p50_ms: float,
+                  started: float, admitted: float, settled: float) -> dict[str, float]:
+    """What a burst of ``n`` reports, the same for threadline and the Agents SDK: alarms,
+    settlements per second (first POST to all settled), the POSTs' round trips against an
+    idle one, and how long admitting and then settling took (``perf_counter`` times)."""
+    return {
+        "alarms": alarms,
+        "alarms_per_submission": alarms / n,
+        "settlements_per_s": n / (settled - started),
+        "p50_ms": percentile(admit_ms, 0.5),
+        "p99_ms": percentile(admit_ms, 0.99),
+        "max_ms": max(admit_ms),
+        "idle_p50_ms": idle_p50_ms,
+        "admission_s": admitted - started,
+        "settle_lag_s": settled - admitted,
+    }
+
+
 def idle_admissions(runtime: Runtime, obj: Bench, space: str, samples: int) -> float:
     """The p50 round trip of ``samples`` admissions, each into a quiet object (the previous
     one settled and no alarm set), so none overlaps a pass."""
@@ -159,17 +177,9 @@ def burst_run(runtime: Runtime, space: str, n: int, threads: int) -> dict[str, f
     quiet = poll(obj.quiet, "the object to be quiet", timeout=SETTLE_S)
     if quiet["open"] != 0 or progress["settled"] != n:
         raise ScenarioError(f"expected {n} settled and none open, got {progress} / {quiet}")
-    alarms = int(quiet["alarms"]) - since
     return {
-        "alarms": alarms,
-        "alarms_per_submission": alarms / n,
-        "settlements_per_s": n / (settled - started),
-        "p50_ms": percentile(admit_ms, 0.5),
-        "p99_ms": percentile(admit_ms, 0.99),
-        "max_ms": max(admit_ms),
-        "idle_p50_ms": idle_p50,
-        "admission_s": admitted - started,
-        "settle_lag_s": settled - admitted,
+        **burst_figures(n, int(quiet["alarms"]) - since, admit_ms, idle_p50,
+                        started, admitted, settled),
         "max_settled_per_pass": progress["max_settled"],
         **_gate(spans, obj.alarms_since(since)),
     }
