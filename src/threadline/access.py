@@ -30,7 +30,8 @@ from enum import StrEnum
 from typing import Any
 
 from threadline.clock import SystemClock
-from threadline.threads.model import MAX_SUBJECT_CHARS, valid_subject
+from threadline.errors import ValidationFailed
+from threadline.threads.model import MAX_SUBJECT_CHARS, check_id, valid_subject
 
 #: The secret holding the signing keys of scoped tokens.
 SIGNING_KEYS_SECRET = "THREADLINE_SIGNING_KEYS"  # noqa: S105 - the name of the secret
@@ -54,7 +55,6 @@ DEFAULT_SKEW = timedelta(seconds=30)
 MIN_SECRET_LENGTH = 32
 
 _KEY_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
-_SCOPE_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
 class Capability(StrEnum):
@@ -89,10 +89,11 @@ def _capabilities(values: Iterable[str]) -> frozenset[Capability]:
 
 
 def _scope_id(name: str, value: str | None) -> str | None:
-    if value is not None and (
-        not isinstance(value, str) or not _SCOPE_ID.fullmatch(value) or value in (".", "..")
-    ):
-        raise ValueError(f"{name} must match [A-Za-z0-9._:-]{{1,128}}")
+    if value is not None:
+        try:
+            check_id(value, field=name)
+        except ValidationFailed as refused:
+            raise ValueError(refused.message) from None
     return value
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hmac
 import logging
-import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,8 +57,6 @@ from threadline.api.tokens import mint_for
 from threadline.clock import Clock
 from threadline.errors import ApiError
 
-#: Ids of spaces, threads and submissions in paths.
-ID_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 #: Paths answered without a token.
 OPEN_PATHS = frozenset({HEALTH_PATH, OPENAPI_PATH})
 #: The object that answers the open paths through the Worker.
@@ -144,9 +141,12 @@ def token_matches(authorization: str | None, secret: str | None) -> bool:
     A deployment without a secret accepts no token at all.
     """
     supplied = bearer(authorization)
-    if not secret or supplied is None:
-        return False
-    return hmac.compare_digest(supplied.encode(), secret.encode())
+    return supplied is not None and is_secret(supplied, secret)
+
+
+def is_secret(credential: str, secret: str | None) -> bool:
+    """True if ``credential`` is ``secret``, compared in constant time; never for no secret."""
+    return bool(secret) and hmac.compare_digest(credential.encode(), str(secret).encode())
 
 
 def bearer(authorization: str | None) -> str | None:
@@ -247,9 +247,7 @@ class Edge:
                 return verify(credential, config.signing_keys, now_ms=self.clock.now_ms()).principal
             if config.signing_keys_error is not None:
                 _log.error("%s cannot be read: %s", SIGNING_KEYS_SECRET, config.signing_keys_error)
-        elif credential is not None and config.api_token and hmac.compare_digest(
-            credential.encode(), config.api_token.encode()
-        ):
+        elif credential is not None and is_secret(credential, config.api_token):
             return OPERATOR
         if config.authorize is None:
             return None
@@ -399,7 +397,6 @@ def unconfigured() -> Response:
 __all__ = [
     "HEALTH_OBJECT",
     "HOP_HEADERS",
-    "ID_PATTERN",
     "OPEN_PATHS",
     "ORIGINS_VARIABLE",
     "QUERY_TOKEN",
@@ -411,6 +408,7 @@ __all__ = [
     "bearer",
     "body_too_large",
     "forbidden",
+    "is_secret",
     "read_capped",
     "token_matches",
     "unauthorized",
