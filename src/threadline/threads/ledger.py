@@ -19,6 +19,7 @@ from threadline.ids import IdSource
 from threadline.records import APPROVAL_DECIDED
 from threadline.storage.port import Row, Storage
 from threadline.threads import delayed, history, journal, transitions, waits
+from threadline.threads.abort_watch import AbortWatch
 from threadline.threads.model import (
     AbortState,
     Admission,
@@ -73,18 +74,18 @@ _BY_ID = "SELECT * FROM tl_submissions WHERE id = ?"
 _BY_KEY = "SELECT * FROM tl_submissions WHERE thread_id = ? AND idempotency_key = ?"
 # A Thread's row is written once, by its first admission; later ones find it and write
 # nothing there. The next seq is one seek at the end of the Thread's UNIQUE (thread_id, seq)
-# range, instead of a counter row rewritten per admission: the read and the insert after it
-# run in one synchronous transaction of the object, and the unique key would refuse a
-# duplicate seq if anything ever took the same one.
+# range inside the INSERT that takes it, instead of a counter row rewritten per admission: one
+# statement in the object's synchronous transaction, and the unique key would refuse a
+# duplicate seq if anything ever took the same one. The row comes back as written.
 _CREATE_THREAD = (
     "INSERT INTO tl_threads (id, created_at, updated_at) VALUES (?, ?, ?)"
     " ON CONFLICT (id) DO NOTHING"
 )
-_NEXT_SEQ = "SELECT COALESCE(MAX(seq), 0) + 1 AS seq FROM tl_submissions WHERE thread_id = ?"
 _INSERT = (
     "INSERT INTO tl_submissions (id, thread_id, seq, agent, idempotency_key, input_json,"
     " input_digest, state, not_before, created_at, updated_at, submitted_by)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?)"
+    " SELECT ?, ?, COALESCE(MAX(seq), 0) + 1, ?, ?, ?, ?, 'queued', ?, ?, ?, ?"
+    " FROM tl_submissions WHERE thread_id = ? RETURNING *"
 )
 _READ_INTENT = (
     "SELECT submission_id, state, reason, requested_at, applied_at, requested_by"
@@ -164,9 +165,12 @@ class Ledger:
         clock: Clock,
         ids: IdSource,
         config: RuntimeConfig,
+        aborts: AbortWatch | None = None,
     ) -> None:
         self.storage = storage
         self.gate = gate
+        #: Told of every abort this ledger writes, so running Attempts read their intent again.
+        self.aborts = aborts if aborts is not None else AbortWatch()
         self.clock = clock
         self.ids = ids
         self.config = config
@@ -307,11 +311,11 @@ class Ledger:
                 )
                 self.gate.schedule_fact(DELAYED, due_at)
                 return Admission(scheduled, created=True)
-            enqueue(self.storage, submission_id=submission_id, thread_id=thread_id, agent=agent,
-                    idempotency_key=idempotency_key, input_json=input_json,
-                    input_digest=input_digest, not_before=due_at, now=now,
-                    submitted_by=subject)
-            return Admission(self.get(submission_id), created=True)
+            made = enqueue(self.storage, submission_id=submission_id, thread_id=thread_id,
+                           agent=agent, idempotency_key=idempotency_key,
+                           input_json=input_json, input_digest=input_digest,
+                           not_before=due_at, now=now, submitted_by=subject)
+            return Admission(made, created=True)
 
         if later:
             # No native work yet: only the delayed lane learns of it (see write()).
@@ -404,6 +408,7 @@ class Ledger:
 
         def write() -> Submission:
             now = self.clock.now_ms()
+            self.aborts.requested()
             self.storage.exec(_ACCEPT_INTENT, submission_id, reason, now, subject)
             if resolving is not None and not waits.resolve(
                 self.storage, resolving.id, now=now, decided_by=subject,
@@ -442,6 +447,7 @@ class Ledger:
             row = delayed.get(self.storage, scheduled.id)
             if row is None or not admit_delayed(self.storage, row, now):
                 return None
+            self.aborts.requested()
             self.storage.exec(_ACCEPT_INTENT, scheduled.id, reason, now, subject)
             if not transitions.settle(
                 self.storage, scheduled.id, thread_id=scheduled.thread_id,
@@ -614,17 +620,18 @@ def enqueue(
     not_before: int | None = None,
     created_at: int | None = None,
     submitted_by: str | None = None,
-) -> None:
+) -> Submission:
     """Write a new queued submission at the end of its Thread's FIFO (creating the Thread).
 
     Inside the caller's gate transaction, which records the admission (new native work).
-    ``submitted_by`` is the subject of the principal that submitted it, if one did.
+    ``submitted_by`` is the subject of the principal that submitted it, if one did. Returns
+    the submission as written.
     """
     storage.exec(_CREATE_THREAD, thread_id, now, now)
-    seq = int(storage.exec(_NEXT_SEQ, thread_id).one()["seq"])
-    storage.exec(_INSERT, submission_id, thread_id, seq, agent, idempotency_key, input_json,
-                 input_digest, not_before, now if created_at is None else created_at, now,
-                 submitted_by)
+    return Submission.from_row(storage.exec(
+        _INSERT, submission_id, thread_id, agent, idempotency_key, input_json, input_digest,
+        not_before, now if created_at is None else created_at, now, submitted_by, thread_id,
+    ).one())
 
 
 def admit_delayed(storage: Storage, row: delayed.Delayed, now: int) -> bool:

@@ -66,13 +66,16 @@ from threadline.records import APPROVAL_REQUESTED
 from threadline.scheduling import backoff_ms
 from threadline.storage.port import Storage
 from threadline.threads import history, journal, transitions, waits
+from threadline.threads.abort_watch import AbortRead, AbortWatch
 from threadline.threads.agents import AgentBinding, AgentRegistry, binding_registry_key
 from threadline.threads.ledger import Ledger
 from threadline.threads.model import (
     CLAIMABLE,
+    AbortState,
     JsonValue,
     Outcome,
     Settlement,
+    Submission,
     SubmissionState,
     WaitKind,
     WorkItem,
@@ -135,7 +138,10 @@ class ThreadRuntime:
         self.ids = ids
         #: The host lanes agents may wake (:meth:`Turn.wake_lane`).
         self.host_lanes = frozenset(host_lanes)
-        self.ledger = Ledger(storage, gate, clock=clock, ids=ids, config=config)
+        #: Aborts requested in this incarnation (see :mod:`threadline.threads.abort_watch`).
+        self.aborts = AbortWatch()
+        self.ledger = Ledger(storage, gate, clock=clock, ids=ids, config=config,
+                             aborts=self.aborts)
         self.recovery = Recovery(self.ledger, incarnation=self.incarnation, active=self._active)
         # Agents that ignored a cancellation; referenced so they are not collected mid-run.
         self._abandoned = Abandoned()
@@ -227,13 +233,16 @@ class ThreadRuntime:
         deadline = now + self.config.lease_ms
 
         def write() -> Claim | None:
-            if not transitions.claim(self.storage, head.submission_id, state=head.state,
-                                     revision=head.revision, lease_owner=lease_owner,
-                                     lease_expires_at=deadline, now=now):
+            claimed = transitions.claim(self.storage, head.submission_id, state=head.state,
+                                        revision=head.revision, lease_owner=lease_owner,
+                                        lease_expires_at=deadline, now=now)
+            if claimed is None:
                 return None
             # The crash fallback: if this Attempt is lost, the alarm finds the expired lease.
             self.gate.schedule(NATIVE, deadline)
-            return Claim(self.ledger.get(head.submission_id), lease_owner, head.revision + 1)
+            abort = AbortRead(self.aborts.count,
+                              claimed["abort_state"] == AbortState.ACCEPTED.value)
+            return Claim(Submission.from_row(claimed), lease_owner, head.revision + 1, abort)
 
         return self.gate.mutate(write, invalidates_recovery=False)
 
@@ -244,7 +253,7 @@ class ThreadRuntime:
         turn = Turn(claim, storage=self.storage, gate=self.gate, clock=self.clock,
                     failpoints=self.failpoints, yield_after=yield_after, config=self.config,
                     deadline=deadline, host_lanes=self.host_lanes, agents=self.registry,
-                    join_followups=binding.join_followups)
+                    join_followups=binding.join_followups, aborts=self.aborts)
         try:
             value = await self._bounded(binding.fn(turn), deadline, turn)
         except LeaseLost:
@@ -479,8 +488,11 @@ class ThreadRuntime:
         def write() -> Settlement:
             now = self.clock.now_ms()
             final, final_result, final_error = outcome, result_json, error
-            # Settlement is a boundary too: an abort accepted while the agent ran wins.
-            aborted = (None if outcome is Outcome.ABORTED
+            # Settlement is a boundary too: an abort accepted while the agent ran wins. What
+            # the Attempt last read of its intent answers while no abort was requested since.
+            pending = outcome is Outcome.ABORTED or claim.abort is None or self.aborts.accepted(
+                self.storage, submission.id, claim.abort)
+            aborted = (None if outcome is Outcome.ABORTED or not pending
                        else transitions.accepted_abort(self.storage, submission.id))
             if aborted is not None:
                 final, final_result, final_error = Outcome.ABORTED, None, aborted
@@ -488,7 +500,7 @@ class ThreadRuntime:
                                       thread_id=submission.thread_id,
                                       state=SubmissionState.RUNNING, revision=claim.revision,
                                       outcome=final, now=now, result_json=final_result,
-                                      error=final_error):
+                                      error=final_error, abort_pending=pending):
                 raise LeaseLost(submission.id)
             return Settlement(submission.id, submission.thread_id, final,
                               decode_json(final_result), final_error)

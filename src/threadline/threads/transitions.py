@@ -10,7 +10,7 @@ run expects a revision that no longer exists. Callers run these inside a gate tr
 from __future__ import annotations
 
 from threadline.records import SUBMISSION_SETTLED
-from threadline.storage.port import Storage
+from threadline.storage.port import Row, Storage
 from threadline.threads import followups, history, waits
 from threadline.threads.model import (
     AbortState,
@@ -26,12 +26,16 @@ from threadline.threads.model import (
 # The first claim also notes where the Thread's log ends (``history_from``): every record of
 # the submission follows it, so finding them reads the log from there, not from its start. In
 # the claim's own UPDATE (the row is written anyway) and only once: a later claim keeps it.
+# The claimed row comes back from the UPDATE itself, with the state of its abort intent if it
+# has one, so the Attempt starts with neither read (see threadline.threads.abort_watch).
 _CLAIM = (
     "UPDATE tl_submissions SET state = 'running', attempts = attempts + 1,"
     " revision = revision + 1, lease_owner = ?, lease_expires_at = ?, not_before = NULL,"
     " history_from = COALESCE(history_from, (SELECT COALESCE(MAX(h.seq), 0)"
     " FROM tl_history h WHERE h.thread_id = tl_submissions.thread_id)),"
     " updated_at = ? WHERE id = ? AND state = ? AND revision = ?"
+    " RETURNING *, (SELECT a.state FROM tl_abort_intents a"
+    " WHERE a.submission_id = tl_submissions.id) AS abort_state"
 )
 # ``dormant`` (1 exactly in the DORMANT states, by a CHECK) is set only by a move that crosses
 # into or out of them: an UPDATE that sets it rewrites the live index's entry, a billed row.
@@ -113,12 +117,13 @@ def claim(
     lease_owner: str,
     lease_expires_at: int,
     now: int,
-) -> bool:
-    """``queued|ready -> running`` under a new lease, charging one attempt."""
-    written = storage.exec(
+) -> Row | None:
+    """``queued|ready -> running`` under a new lease, charging one attempt: the claimed row
+    as written (plus ``abort_state``: its abort intent's state, None without one), or None
+    (nothing written) when it is no longer at ``(state, revision)``."""
+    return storage.exec(
         _CLAIM, lease_owner, lease_expires_at, now, submission_id, state.value, revision
-    ).changed
-    return written == 1
+    ).first()
 
 
 def move(
@@ -220,6 +225,7 @@ def settle(
     loss_counted: bool = False,
     joined_to: str | None = None,
     resolved_by: str | None = None,
+    abort_pending: bool = True,
 ) -> bool:
     """Settle once: the submission, its open waits, its abort intent and its
     ``submission.settled`` record in the Thread's log, written once by this compare-and-set;
@@ -236,6 +242,10 @@ def settle(
     (whoever submitted it), ``aborted_by`` (whoever requested the abort an aborted
     submission settles by) and ``resolved_by`` (given: whoever resolved its Unknown Outcome
     by aborting it).
+
+    ``abort_pending=False`` says the caller knows, in this transaction, that the submission
+    has no accepted abort intent (:mod:`threadline.threads.abort_watch`): there is none to
+    mark applied, so that statement is skipped.
     """
     error_json = None if error is None else encode_json(error)
     settled = storage.exec(
@@ -246,8 +256,13 @@ def settle(
         return False
     if state is SubmissionState.SUSPENDED:
         release_followers(storage, thread_id)
-    waits.cancel_open(storage, submission_id, now=now)
-    intent = storage.exec(_APPLY_ABORT, now, submission_id).first()
+    if state is not SubmissionState.RUNNING:
+        # A running submission has no open wait: a wait opens only with the move out of
+        # running that it causes (suspended, unknown), in one transaction, and a submission
+        # leaves those states for ready only once it has no wait left open. So only a
+        # settlement from another state has waits to cancel.
+        waits.cancel_open(storage, submission_id, now=now)
+    intent = storage.exec(_APPLY_ABORT, now, submission_id).first() if abort_pending else None
     body: dict[str, JsonValue] = {"submission_id": submission_id, "outcome": outcome.value}
     if result_json is not None:
         body["result"] = decode_json(result_json)

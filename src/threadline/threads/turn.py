@@ -39,10 +39,10 @@ from threadline.threads import (
     journal,
     ledger,
     messages,
-    transitions,
     views,
     waits,
 )
+from threadline.threads.abort_watch import AbortRead, AbortWatch
 from threadline.threads.followups import MAX_FOLLOWUPS, Followup
 from threadline.threads.model import (
     MAX_SLEEP_SECONDS,
@@ -166,6 +166,9 @@ class Claim:
     submission: Submission
     lease_owner: str
     revision: int
+    #: What the Attempt last read of its abort intent (first: the claim's own UPDATE). None:
+    #: unknown, read at the first check.
+    abort: AbortRead | None = None
 
     @property
     def attempt(self) -> int:
@@ -197,8 +200,12 @@ class Turn:
         host_lanes: Set[str] = frozenset(),
         agents: Container[str] = frozenset(),
         join_followups: bool = False,
+        aborts: AbortWatch | None = None,
     ) -> None:
         self._claim = claim
+        # Aborts this incarnation requested: a check reads the intent only when one was.
+        self._aborts = aborts if aborts is not None else AbortWatch()
+        self._abort = claim.abort if claim.abort is not None else AbortRead(-1, False)
         self._storage = storage
         self._gate = gate
         self._clock = clock
@@ -249,8 +256,12 @@ class Turn:
 
     @property
     def aborted(self) -> bool:
-        """True once an abort of this submission was accepted (read from storage)."""
-        return transitions.abort_accepted(self._storage, self.submission_id)
+        """True once an abort of this submission was accepted.
+
+        Read from storage, unless no abort at all was requested in this object since the last
+        read (:mod:`threadline.threads.abort_watch`).
+        """
+        return self._aborts.accepted(self._storage, self.submission_id, self._abort)
 
     @property
     def has_step_in_flight(self) -> bool:
