@@ -15,6 +15,7 @@ them by the object names of ``bench_app.FIRES``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
@@ -108,6 +109,31 @@ def _now(obj: Any) -> None:
 def _nothing(obj: Any) -> None:
     return None
 
+
+async def _hop(obj: Any) -> None:
+    await asyncio.sleep(0)
+
+
+async def _task(obj: Any) -> None:
+    async def nothing() -> None:
+        return None
+
+    await asyncio.ensure_future(nothing())
+
+
+async def _wait_first(obj: Any) -> None:
+    # What bounding an agent by a timer costs: two futures, one wait, a cancel.
+    async def nothing() -> None:
+        return None
+
+    work = asyncio.ensure_future(nothing())
+    timer = asyncio.ensure_future(asyncio.sleep(3600))
+    await asyncio.wait((work, timer), return_when=asyncio.FIRST_COMPLETED)
+    timer.cancel()
+
+
+#: Pieces that await, repeated the same way.
+ASYNC_UNITS = {"asyncio_hop": _hop, "task_spawn": _task, "wait_first": _wait_first}
 
 #: The pieces ``op_unit_cost`` repeats, by name.
 UNITS = {
@@ -226,8 +252,13 @@ class BenchThreadObject(ThreadObjectBase):
         """Repeat one piece of a pass ``n`` times inside this request (the driver times the
         round trip: inside workerd the clock stands still while Python runs). See
         ``bench/profile_pass.py``."""
-        unit = UNITS[what]
         self.log.unmetered_exec(_SCRATCH)
+        if what in ASYNC_UNITS:
+            waited = ASYNC_UNITS[what]
+            for _ in range(int(n)):
+                await waited(self)
+            return {"what": what, "n": int(n)}
+        unit = UNITS[what]
         for _ in range(int(n)):
             unit(self)
         return {"what": what, "n": int(n)}

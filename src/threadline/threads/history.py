@@ -22,15 +22,17 @@ from __future__ import annotations
 
 from threadline.storage.port import Storage
 
+# One seek at the end of the Thread's primary-key range: a read instead of a counter row to
+# rewrite per record. The read and the insert after it run in one synchronous transaction of
+# the object, so no other append can take the same seq in between (and the primary key would
+# refuse it if one did).
+_NEXT_HISTORY_SEQ = (
+    "SELECT COALESCE(MAX(seq), 0) + 1 AS seq FROM tl_history WHERE thread_id = ?"
+)
 _LAST_HISTORY_SEQ = "SELECT COALESCE(MAX(seq), 0) AS seq FROM tl_history WHERE thread_id = ?"
-# The next seq is one seek at the end of the Thread's primary-key range, inside the INSERT that
-# takes it: no counter row to rewrite per record, and no statement of its own. The seek and the
-# insert are one statement in the object's synchronous transaction, so no other append can take
-# the same seq (and the primary key would refuse it if one did).
-_APPEND_HISTORY = (
+_INSERT_HISTORY = (
     "INSERT INTO tl_history (thread_id, seq, record_id, submission_id, kind, body_json,"
-    " created_at) SELECT ?, COALESCE(MAX(seq), 0) + 1, ?, ?, ?, ?, ? FROM tl_history"
-    " WHERE thread_id = ? RETURNING seq"
+    " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
 _READ_HISTORY = (
     "SELECT seq, record_id, submission_id, kind, body_json, created_at FROM tl_history"
@@ -61,9 +63,9 @@ def append_history(
     Run it in the transaction of the fact the record reports, under that fact's guard: the
     log does not refuse a second record with the same id.
     """
-    appended = storage.exec(_APPEND_HISTORY, thread_id, record_id, submission_id, kind,
-                            body_json, now, thread_id)
-    return int(appended.one()["seq"])
+    seq = int(storage.exec(_NEXT_HISTORY_SEQ, thread_id).one()["seq"])
+    storage.exec(_INSERT_HISTORY, thread_id, seq, record_id, submission_id, kind, body_json, now)
+    return seq
 
 
 def submission_records(storage: Storage, submission_id: str) -> set[str]:

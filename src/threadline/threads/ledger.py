@@ -74,18 +74,20 @@ _BY_ID = "SELECT * FROM tl_submissions WHERE id = ?"
 _BY_KEY = "SELECT * FROM tl_submissions WHERE thread_id = ? AND idempotency_key = ?"
 # A Thread's row is written once, by its first admission; later ones find it and write
 # nothing there. The next seq is one seek at the end of the Thread's UNIQUE (thread_id, seq)
-# range inside the INSERT that takes it, instead of a counter row rewritten per admission: one
-# statement in the object's synchronous transaction, and the unique key would refuse a
-# duplicate seq if anything ever took the same one. The row comes back as written.
+# range, instead of a counter row rewritten per admission: the read and the insert after it
+# run in one synchronous transaction of the object, and the unique key would refuse a
+# duplicate seq if anything ever took the same one. (Taking the seq inside the INSERT would
+# save a statement but read one row more: SQLite materialises a SELECT from the table it
+# inserts into.) The row comes back from the INSERT as written, without a read of its own.
 _CREATE_THREAD = (
     "INSERT INTO tl_threads (id, created_at, updated_at) VALUES (?, ?, ?)"
     " ON CONFLICT (id) DO NOTHING"
 )
+_NEXT_SEQ = "SELECT COALESCE(MAX(seq), 0) + 1 AS seq FROM tl_submissions WHERE thread_id = ?"
 _INSERT = (
     "INSERT INTO tl_submissions (id, thread_id, seq, agent, idempotency_key, input_json,"
     " input_digest, state, not_before, created_at, updated_at, submitted_by)"
-    " SELECT ?, ?, COALESCE(MAX(seq), 0) + 1, ?, ?, ?, ?, 'queued', ?, ?, ?, ?"
-    " FROM tl_submissions WHERE thread_id = ? RETURNING *"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?) RETURNING *"
 )
 _READ_INTENT = (
     "SELECT submission_id, state, reason, requested_at, applied_at, requested_by"
@@ -628,9 +630,10 @@ def enqueue(
     the submission as written.
     """
     storage.exec(_CREATE_THREAD, thread_id, now, now)
+    seq = int(storage.exec(_NEXT_SEQ, thread_id).one()["seq"])
     return Submission.from_row(storage.exec(
-        _INSERT, submission_id, thread_id, agent, idempotency_key, input_json, input_digest,
-        not_before, now if created_at is None else created_at, now, submitted_by, thread_id,
+        _INSERT, submission_id, thread_id, seq, agent, idempotency_key, input_json,
+        input_digest, not_before, now if created_at is None else created_at, now, submitted_by,
     ).one())
 
 

@@ -285,7 +285,7 @@ def test_a_log_record_is_its_row_and_its_thread_seq_entry(storage: SqliteStorage
     # Its row in the table (keyed by ``pos``, the rowid subscribers' cursors point at) and its
     # entry in UNIQUE (thread_id, seq), which keeps a Thread's seqs unique and serves reads
     # by Thread; no index of record ids (workerd bills each entry as a row).
-    assert set(btrees_written(storage, history._APPEND_HISTORY)) == {
+    assert set(btrees_written(storage, history._INSERT_HISTORY)) == {
         "tl_history", "sqlite_autoindex_tl_history_1"}
 
 

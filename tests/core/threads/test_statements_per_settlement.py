@@ -4,9 +4,9 @@ In workerd every statement crosses from Python into JavaScript and back; in a bu
 crossings and the Python around them are the object's time. A submission that runs one step
 and emits one record runs these and no more: its claim (which returns the claimed row and its
 abort intent's state), the step's journal read, fence and write, the Thread's records read,
-fence and append, then its settlement, its settled record and the look for joined input. No
-read of the abort intent while no abort was requested (:mod:`threadline.threads.abort_watch`),
-no read of the claimed row, no separate seek for a record's seq or a submission's, and no
+fence, seq seek and append, then its settlement, its settled record (seek and append) and the
+look for joined input. No read of the abort intent while no abort was requested
+(:mod:`threadline.threads.abort_watch`), no read of the claimed or the admitted row, and no
 cancelling of waits a running submission cannot have.
 """
 
@@ -52,7 +52,7 @@ def _echo_app() -> Application:
     return app
 
 
-def test_a_settlement_with_one_step_and_one_record_runs_ten_statements(
+def test_a_settlement_with_one_step_and_one_record_runs_twelve_statements(
     storage: SqliteStorage, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     harness = ThreadHarness(storage, clock, _echo_app)
@@ -74,8 +74,10 @@ def test_a_settlement_with_one_step_and_one_record_runs_ten_statements(
         ["INSERT", "INTO", "tl_journal"],
         ["SELECT", "h.record_id", "FROM"],            # the submission's records
         ["SELECT", "state,", "revision,"],            # the fence of the append
-        ["INSERT", "INTO", "tl_history"],             # the record, its seq in the INSERT
+        ["SELECT", "COALESCE(MAX(seq),", "0)"],       # the record's seq
+        ["INSERT", "INTO", "tl_history"],
         ["UPDATE", "tl_submissions", "SET"],          # the settlement
+        ["SELECT", "COALESCE(MAX(seq),", "0)"],
         ["INSERT", "INTO", "tl_history"],             # its submission.settled record
         ["SELECT", "id,", "revision"],                # input joined into it
     ], statements
@@ -87,24 +89,24 @@ def test_a_settlement_with_one_step_and_one_record_runs_ten_statements(
         "record", "submission.settled"]
 
 
-def test_an_admission_runs_two_statements(
+def test_an_admission_runs_three_statements(
     storage: SqliteStorage, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The Thread's row (written once), then the submission with its seq taken inside the
-    # INSERT, returned as written: no seek of its own and no read-back.
+    # The Thread's row (written once), its next seq, then the submission, returned by its
+    # INSERT as written: no read-back.
     harness = ThreadHarness(storage, clock, _echo_app)
     harness.admit("t", "first")
     statements = _recording(storage, monkeypatch)
     made = ledger.enqueue(storage, submission_id="s2", thread_id="t", agent="echo",
                           idempotency_key=None, input_json='"second"', input_digest="d",
                           now=clock.now_ms())
-    assert len(statements) == 2 and statements[1].startswith("INSERT INTO tl_submissions")
+    assert len(statements) == 3 and statements[2].startswith("INSERT INTO tl_submissions")
     assert (made.id, made.seq, made.input, made.state) == ("s2", 2, "second",
                                                             SubmissionState.QUEUED)
     assert made == harness.get("s2")
 
 
-def test_records_take_consecutive_seqs_from_the_insert_that_appends_them(
+def test_records_take_consecutive_seqs_per_thread(
     storage: SqliteStorage, clock: ManualClock
 ) -> None:
     harness = ThreadHarness(storage, clock, _echo_app)
