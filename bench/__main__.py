@@ -67,6 +67,11 @@ class Runner:
         _progress(f"{label}: done in {time.monotonic() - started:.1f} s")
 
 
+def _measurements(path: Path) -> list[Measurement]:
+    """The measurements an earlier run wrote to ``path``."""
+    return [Measurement.from_dict(m) for m in json.loads(path.read_text())["measurements"]]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small K and bursts, one run")
@@ -82,11 +87,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chart", type=Path, help="chart file (default docs/bench.png)")
     parser.add_argument("--table-from", type=Path, metavar="RESULTS",
                         help="print the table of an earlier results.json and exit")
+    parser.add_argument("--before", type=Path, metavar="RESULTS",
+                        help="also print the under-load figures of an earlier results.json "
+                             "(the code before a change, say) beside this run's")
     args = parser.parse_args(argv)
+    before = None if args.before is None else _measurements(args.before)
     if args.table_from:
-        data = json.loads(args.table_from.read_text())
-        earlier = [Measurement.from_dict(m) for m in data["measurements"]]
+        earlier = _measurements(args.table_from)
         print(report.table(earlier))
+        if before is not None:
+            print("\n".join(report.before_after(before, earlier)))
         if args.explain:
             print()
             print(report.explain(earlier))
@@ -135,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
 
     measurements = runner.measurements
     print(report.table(measurements))
+    if before is not None:
+        print("\n".join(report.before_after(before, measurements)))
     if args.explain:
         print()
         print(report.explain(measurements))

@@ -294,3 +294,45 @@ def draw(path: Path, measurements: list[Measurement]) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+#: The figures the under-load work is judged by, per scenario: (metric, label, format). Rows
+#: of scenarios 1, 2 and 5 are workerd's billed counters; 3 and 4 are times over HTTP.
+BEFORE_AFTER: dict[str, list[tuple[str, str, str]]] = {
+    "1": [("rows_read", "rows read", "g"), ("billed_written", "billed written", "g")],
+    "2": [("rows_read", "rows read", "g"), ("billed_written", "billed written", "g"),
+          ("statements", "statements", "g")],
+    "3": [("settlements_per_s", "settled/s", ".0f"), ("p50_ms", "admission p50 ms", ".1f"),
+          ("p99_ms", "admission p99 ms", ".1f"), ("idle_p50_ms", "idle admission p50 ms", ".1f"),
+          ("alarms_per_submission", "alarms per submission", ".3f")],
+    "4": [("p50_ms", "p50 ms", ".1f"), ("p99_ms", "p99 ms", ".1f")],
+    "5": [("rows_read", "rows read", "g"), ("billed_written", "billed written", "g")],
+}
+
+
+def _before_after_figure(m: Measurement, key: str) -> dict[str, float] | None:
+    if key != "billed_written":
+        return m.summary().get(key)
+    value = billed_written(m)
+    return {"median": value, "min": value, "max": value}
+
+
+def before_after(before: list[Measurement], after: list[Measurement]) -> list[str]:
+    """The under-load figures of threadline in workerd, an earlier run beside this one: one
+    line per case and figure, ``before -> after`` (median [min-max]); cases only one run has
+    are left out."""
+    lines = ["", "Before -> after (threadline (workerd); median [min-max]):"]
+    for scenario, figures in BEFORE_AFTER.items():
+        for now in after:
+            if (now.scenario, now.system) != (scenario, WORKERD):
+                continue
+            then = _find(before, scenario, WORKERD, now.case)
+            if then is None:
+                continue
+            for key, label, fmt in figures:
+                old, new = _before_after_figure(then, key), _before_after_figure(now, key)
+                if old is None or new is None:
+                    continue
+                lines.append(f"  {scenario} {now.case}: {label} "
+                             f"{_range(old, fmt)} -> {_range(new, fmt)}")
+    return lines if len(lines) > 2 else []

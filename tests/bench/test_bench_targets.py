@@ -114,3 +114,25 @@ def test_the_caught_up_and_timer_targets_are_the_issues_figures() -> None:
     assert all(v.endswith("met") for v in verdicts)
     assert any("MISSED" in v for v in timers([measured("K=10", 20, 6),
                                                measured("K=100", 21, 6)]))
+
+
+def test_before_and_after_sets_each_under_load_figure_of_a_case_beside_its_earlier_one() -> None:
+    from bench.report import before_after
+
+    def rows(read: float, written: float, alarm: float, case: str = "K=10") -> Measurement:
+        return Measurement("5", WORKERD, case, runs=[
+            {"rows_read": read, "rows_written": written, "set_alarm": alarm}])
+
+    before = [_burst(0.1, 67, 95.0, 308.0, 35.0), rows(46, 10, 2),
+              Measurement("3", AGENTS, "burst", runs=[{"settlements_per_s": 1.0}])]
+    after = [_burst(0.002, 80, 60.0, 120.0, 30.0), rows(37, 11, 2), rows(9, 9, 9, "K=99")]
+    lines = before_after(before, after)
+    assert lines[1] == "Before -> after (threadline (workerd); median [min-max]):"
+    assert "  3 burst: settled/s 67 -> 80" in lines
+    assert "  3 burst: admission p50 ms 95.0 -> 60.0" in lines
+    assert "  3 burst: alarms per submission 0.100 -> 0.002" in lines
+    assert "  5 K=10: rows read 46 -> 37" in lines
+    assert "  5 K=10: billed written 12 -> 13" in lines
+    # A case only one run has, and the Agents SDK's figures, are left out.
+    assert not any("K=99" in line or "agents" in line for line in lines)
+    assert before_after([], after) == []
