@@ -44,6 +44,17 @@ class SystemClock:
         if delay > 0:
             await asyncio.sleep(delay / 1000)
 
+    def timer(self, epoch_ms: int) -> asyncio.Future[None]:
+        """A future resolved once the wall clock reaches ``epoch_ms`` (see :func:`timer`).
+
+        One timer handle on the event loop, no task: cancelling the future cancels it.
+        """
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        handle = loop.call_later(max(0, epoch_ms - self.now_ms()) / 1000, _resolve, done)
+        done.add_done_callback(lambda _: handle.cancel())
+        return done
+
 
 class ManualClock:
     """A clock that moves only when told to, and never backwards.
@@ -92,9 +103,36 @@ class ManualClock:
         if epoch_ms <= self._now:
             await asyncio.sleep(0)
             return
+        await self.timer(epoch_ms)
+
+    def timer(self, epoch_ms: int) -> asyncio.Future[None]:
+        """A future a test resolves by moving time to ``epoch_ms`` or later (see
+        :func:`timer`); ``epoch_ms`` must be in the future."""
+        if epoch_ms <= self._now:
+            raise ValueError("a timer is for a time still to come")
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._sleepers, (epoch_ms, next(self._arrivals), waiter))
-        await waiter
+        return waiter
+
+
+def timer(clock: Clock, epoch_ms: int) -> asyncio.Future[None]:
+    """A future resolved once ``clock`` reaches ``epoch_ms``; cancel it to stop waiting.
+
+    For racing work against a deadline (``asyncio.wait``): with the clocks of this module it
+    is a bare future, where a task sleeping on :meth:`Clock.sleep_until` would cost a task's
+    creation and its steps on the event loop, each a crossing into JavaScript under Pyodide.
+    Any other clock, or a time already reached, gets that task.
+    """
+    make = getattr(clock, "timer", None)
+    if make is not None and epoch_ms > clock.now_ms():
+        made: asyncio.Future[None] = make(epoch_ms)
+        return made
+    return asyncio.ensure_future(clock.sleep_until(epoch_ms))
+
+
+def _resolve(done: asyncio.Future[None]) -> None:
+    if not done.done():
+        done.set_result(None)
 
 
 def to_epoch_ms(at: object) -> int:
@@ -117,4 +155,4 @@ def from_epoch_ms(ms: int) -> datetime:
     return _EPOCH + timedelta(milliseconds=ms)
 
 
-__all__ = ["Clock", "ManualClock", "SystemClock", "from_epoch_ms", "to_epoch_ms"]
+__all__ = ["Clock", "ManualClock", "SystemClock", "from_epoch_ms", "timer", "to_epoch_ms"]

@@ -725,7 +725,7 @@ class Maintenance:
         pass advanced the generation (new input must not wait for a long Attempt to end)."""
         seen = self._gate.generations
         while True:
-            change = asyncio.ensure_future(self._gate.await_change(self._gate.revision))
+            change = self._gate.changed(self._gate.revision)
             waiting: set[asyncio.Future[Any]] = {*tasks.values(), deadline, change}
             try:
                 done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)

@@ -442,11 +442,18 @@ class MutationGate:
 
     async def await_change(self, revision: int) -> None:
         """Return once :attr:`revision` differs from ``revision`` (at once if it already does)."""
-        if revision != self._revision:
-            return
+        await self.changed(revision)
+
+    def changed(self, revision: int) -> asyncio.Future[None]:
+        """A future resolved once :attr:`revision` differs from ``revision`` (already resolved
+        if it does): for ``asyncio.wait`` beside other work, without a task of its own.
+        Cancelling it is how a waiter stops waiting."""
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        await waiter
+        if revision != self._revision:
+            waiter.set_result(None)
+        else:
+            self._waiters.append(waiter)
+        return waiter
 
     @contextmanager
     def snapshot(self) -> Iterator[int]:

@@ -51,6 +51,7 @@ from typing import Any, TypeVar
 
 from threadline.abandonment import Abandoned
 from threadline.clock import Clock
+from threadline.clock import timer as clock_timer
 from threadline.config import RuntimeConfig
 from threadline.errors import (
     AttemptTimeout,
@@ -290,7 +291,7 @@ class ThreadRuntime:
         abandoned task, or one it spawned) can write.
         """
         agent = asyncio.ensure_future(work)
-        timer = asyncio.ensure_future(self.clock.sleep_until(deadline))
+        timer = clock_timer(self.clock, deadline)
         try:
             try:
                 await asyncio.wait((agent, timer), return_when=asyncio.FIRST_COMPLETED)

@@ -267,6 +267,19 @@ async def test_await_change_wakes_on_a_commit(sched: Scheduler) -> None:
 
 
 @run_async
+async def test_changed_is_a_future_resolved_by_the_next_commit(sched: Scheduler) -> None:
+    rev = sched.gate.revision
+    first, dropped = sched.gate.changed(rev), sched.gate.changed(rev)
+    assert not first.done() and not isinstance(first, asyncio.Task)
+    dropped.cancel()  # a waiter that stopped waiting is passed over, never resolved
+    sched.gate.schedule(HOST, 1)
+    assert first.done() and first.result() is None and dropped.cancelled()
+    # Asked with a revision already left behind: resolved from the start.
+    assert sched.gate.changed(rev).done()
+    assert not sched.gate.changed(sched.gate.revision).done()
+
+
+@run_async
 async def test_eviction_at_dirty_after_keeps_prearm(sched: Scheduler,
                                                     storage: SqliteStorage) -> None:
     sched.failpoints.evict_at("maintenance:dirty:after")
