@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from api_support import Api, make_api
 
 from threadline import Application, ManualClock, Turn
@@ -91,6 +92,26 @@ def test_admission_asks_for_a_prompt_pass(api: Api, clock: ManualClock) -> None:
     now = clock.now_ms()
     assert api.submit("t1", {"text": "hi"}, agent="echo").status == 202
     assert api.storage.known_alarm() == now
+
+
+def test_an_admissions_wake_reads_no_lane(
+    api: Api, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its own commit made the native lane due now: the wake arms that without a read."""
+    api.submit("t1", {"text": "first"}, agent="echo")
+    api.storage.delete_alarm()
+    reads: list[str] = []
+    run = api.storage.exec
+
+    def spy(sql: str, *params: object) -> object:
+        if sql.lstrip().upper().startswith("SELECT"):
+            reads.append(sql)
+        return run(sql, *params)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(api.storage, "exec", spy)
+    assert api.submit("t1", {"text": "second"}, agent="echo").status == 202
+    assert api.storage.known_alarm() == clock.now_ms()
+    assert not any("tl_lanes" in sql for sql in reads), reads
 
 
 def test_the_wake_is_deferred_while_a_pass_runs_and_armed_when_it_ends(

@@ -91,7 +91,8 @@ class ApiContext:
 
     ``wake`` is the scheduler's droppable promptness hint (``AlarmService.schedule_now``): the
     routes call it after a committed mutation that makes work runnable, so the head starts
-    within milliseconds instead of after the crash-fallback alarm's minimum delay.
+    within milliseconds instead of after the crash-fallback alarm's minimum delay. An
+    admission passes ``due``, when its commit made the native lane due, sparing a queue read.
     """
 
     storage: Storage
@@ -100,7 +101,7 @@ class ApiContext:
     config: RuntimeConfig
     clock: Clock
     due_queue: DueQueue
-    wake: Callable[[], None]
+    wake: Callable[..., None]
     schema_version: Callable[[], int]
     #: In-process commit notifications that wake the open event streams.
     changes: ChangeFeed

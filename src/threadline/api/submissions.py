@@ -87,7 +87,8 @@ async def submit(ctx: ApiContext, request: Request, params: dict[str, str]) -> R
         return model_response(200, view, headers=location)
     if not isinstance(admission.submission, ScheduledSubmission):
         # The admission committed with its alarm a minimum delay away; this asks for sooner.
-        ctx.wake()
+        # Its commit made the native lane due when it was written: no queue read is needed.
+        ctx.wake(due=admission.submission.created_at)
     return model_response(202, view, headers=location)
 
 

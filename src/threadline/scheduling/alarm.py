@@ -147,7 +147,7 @@ class AlarmService:
             self._storage.set_alarm(bound)
         return AlarmDecision.REARMED
 
-    def schedule_now(self) -> None:
+    def schedule_now(self, due: int | None = None) -> None:
         """Ask for a prompt pass if anything is due: arm ``max(now, earliest due)``.
 
         A hint: the producer's own commit already armed the alarm a minimum delay away.
@@ -155,15 +155,19 @@ class AlarmService:
         may cancel it on the platform); it is deferred instead, and spent by the pass's
         final decision (:meth:`decide`), or armed as the pass ends when it arrived after that
         decision. Deferred, it costs one pass at most, so it cannot make the alarm spin.
+
+        ``due``: a time by which the caller's own commit made a lane due (an admission's
+        native lane, due at once). The earliest due is then no later than it, so the slot is
+        armed by ``max(now, due)`` without reading the queue; an earlier slot stays.
         """
         if self._passes > 0:
             self._woken = True
             return
-        self._arm_now()
+        self._arm_now(due)
 
-    def _arm_now(self) -> None:
+    def _arm_now(self, due: int | None = None) -> None:
         def arm() -> None:
-            earliest = self._queue.next()
+            earliest = self._queue.next() if due is None else due
             if earliest is not None:
                 self.ensure_by(max(self._clock.now_ms(), earliest))
 

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from threadline.clock import ManualClock
 from threadline.scheduling import AlarmDecision, Scheduler
 from threadline.storage import SqliteStorage
@@ -50,6 +52,28 @@ def test_schedule_now_arms_when_no_pass_runs(sched: Scheduler, clock: ManualCloc
     sched.due_queue.enroll(HOST, clock.now_ms() - 10)
     sched.alarm.schedule_now()
     assert sched.alarm.scheduled() == clock.now_ms()
+
+
+def test_schedule_now_given_a_known_due_arms_it_without_reading_the_queue(
+    sched: Scheduler, clock: ManualClock, storage: SqliteStorage, monkeypatch: Any
+) -> None:
+    now = clock.now_ms()
+    sched.due_queue.enroll(HOST, now + 100)
+    statements: list[str] = []
+    run = storage.exec
+
+    def spy(sql: str, *params: Any) -> Any:
+        statements.append(sql)
+        return run(sql, *params)
+
+    monkeypatch.setattr(storage, "exec", spy)
+    sched.alarm.schedule_now(due=now + 40)
+    assert sched.alarm.scheduled() == now + 40
+    assert not any("tl_lanes" in sql for sql in statements)
+    sched.alarm.schedule_now(due=now - 10)  # a due time passed arms now
+    assert sched.alarm.scheduled() == now
+    sched.alarm.schedule_now(due=now + 500)  # never later than the slot already is
+    assert sched.alarm.scheduled() == now
 
 
 def test_schedule_now_during_a_pass_writes_nothing_and_the_final_decision_covers_it(
