@@ -30,7 +30,8 @@ from bench.live import Bench, Runtime, build_bundle, poll
 
 REPS = 2_000
 UNITS = ["raw_exec", "exec_select", "exec_row10", "exec_write", "changes", "transaction",
-         "json_roundtrip", "clock_now", "asyncio_hop", "task_spawn", "wait_first"]
+         "json_roundtrip", "clock_now", "asyncio_hop", "task_spawn", "wait_first",
+         "pause"]
 
 
 def _kind(sql: str) -> str:

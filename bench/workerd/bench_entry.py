@@ -29,7 +29,7 @@ from workers import Response
 
 from entry import Default as AppDefault
 from entry import ThreadObject, echo
-from threadline.worker import ThreadObjectBase
+from threadline.worker import ThreadObjectBase, yield_to_events
 
 PREFIX = "/_bench/"
 _OPEN_TIMERS = "SELECT COUNT(*) AS n FROM tl_waits WHERE state = 'open' AND kind = 'timer'"
@@ -132,8 +132,14 @@ async def _wait_first(obj: Any) -> None:
     timer.cancel()
 
 
+async def _pause(obj: Any) -> None:
+    # What the pass's pause between Attempts costs when no request is waiting.
+    await yield_to_events()
+
+
 #: Pieces that await, repeated the same way.
-ASYNC_UNITS = {"asyncio_hop": _hop, "task_spawn": _task, "wait_first": _wait_first}
+ASYNC_UNITS = {"asyncio_hop": _hop, "task_spawn": _task, "wait_first": _wait_first,
+               "pause": _pause}
 
 #: The pieces ``op_unit_cost`` repeats, by name.
 UNITS = {
