@@ -143,3 +143,16 @@ def test_timer_races_work_without_a_task_where_the_clock_offers_one() -> None:
         return [*kinds, racing.done()]
 
     assert asyncio.run(scenario()) == [False, True, True, True]
+
+
+def test_a_system_timer_is_armed_for_the_time_left_in_seconds() -> None:
+    async def scenario() -> float:
+        loop = asyncio.get_running_loop()
+        clock = SystemClock()
+        far = clock.timer(clock.now_ms() + 1_000_000)
+        (handle,) = [h for h in loop._scheduled if not h.cancelled()]  # type: ignore[attr-defined]
+        left = handle.when() - loop.time()
+        far.cancel()
+        return left
+
+    assert 999.8 < asyncio.run(scenario()) <= 1_000.0

@@ -244,3 +244,28 @@ def test_settling_a_suspended_submission_still_cancels_its_wait(
     assert waits.open_waits(storage, sub.id) == []
     assert harness.get(sub.id).outcome is Outcome.ABORTED
     assert transitions.DORMANT  # the module's public names are unchanged
+
+
+def test_a_second_abort_in_one_incarnation_is_still_seen_by_a_running_attempt(
+    storage: SqliteStorage, clock: ManualClock
+) -> None:
+    # The watch counts every abort: one requested before this Attempt's claim (of another
+    # submission) must not hide the one requested while it runs.
+    app = Application()
+    ran: list[str] = []
+
+    @app.agent("two")
+    async def two(turn: Turn) -> object:
+        await turn.step("one", lambda: bool(harness.ledger.request_abort(turn.submission_id,
+                                                                          "second")))
+        await turn.step("two", lambda: ran.append("second step ran"))
+        return "done"
+
+    harness = ThreadHarness(storage, clock, lambda: app)
+    other = harness.admit("elsewhere", None, agent="two")
+    harness.ledger.request_abort(other.id, "first")
+    sub = harness.admit("t", None, agent="two")
+    asyncio.run(harness.runtime.process_thread_head("t"))
+    done = harness.get(sub.id)
+    assert ran == []
+    assert (done.outcome, done.error) == (Outcome.ABORTED, {"type": "Aborted", "message": "second"})
