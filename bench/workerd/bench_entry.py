@@ -16,6 +16,7 @@ them by the object names of ``bench_app.FIRES``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from typing import Any
@@ -29,6 +30,7 @@ from workers import Response
 
 from entry import Default as AppDefault
 from entry import ThreadObject, echo
+from threadline.clock import SystemClock
 from threadline.worker import ThreadObjectBase, yield_to_events
 
 PREFIX = "/_bench/"
@@ -137,9 +139,27 @@ async def _pause(obj: Any) -> None:
     await yield_to_events()
 
 
+async def _timer_cancelled(obj: Any) -> None:
+    # An Attempt's timeout timer, cancelled when the agent ends first.
+    clock = SystemClock()
+    timer = clock.timer(clock.now_ms() + 600_000)
+    timer.cancel()
+    await asyncio.sleep(0)
+
+
+async def _sleep_cancelled(obj: Any) -> None:
+    # The same bound as a task sleeping on the event loop, cancelled.
+    sleeping = asyncio.ensure_future(asyncio.sleep(600))
+    await asyncio.sleep(0)
+    sleeping.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await sleeping
+
+
 #: Pieces that await, repeated the same way.
 ASYNC_UNITS = {"asyncio_hop": _hop, "task_spawn": _task, "wait_first": _wait_first,
-               "pause": _pause}
+               "pause": _pause, "timer_cancelled": _timer_cancelled,
+               "sleep_cancelled": _sleep_cancelled}
 
 #: The pieces ``op_unit_cost`` repeats, by name.
 UNITS = {

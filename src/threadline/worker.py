@@ -349,6 +349,37 @@ async def yield_to_events() -> None:
         lambda resolve, _reject: js.setTimeout(resolve, 0)))
 
 
+class WorkersClock(SystemClock):
+    """The deployed clock: the system clock, with timers that leave the platform when cancelled.
+
+    Each Attempt races its agent against a timer (:func:`threadline.clock.timer`). On the event
+    loop a cancelled ``call_later`` handle is only skipped when it falls due: the JavaScript
+    timeout under it stays active, and workerd allows an event 10,000 active timeouts, so a
+    pass that ran 10,000 Attempts in one alarm failed every later one with
+    ``QuotaExceededError`` (measured: ``tests/workerd/test_workerd_timers.py``). Here the
+    timeout is cleared as soon as the future is done, fired or cancelled.
+    """
+
+    def timer(self, epoch_ms: int) -> asyncio.Future[None]:
+        """A future resolved once the wall clock reaches ``epoch_ms``; its JavaScript timeout
+        is cleared when the future is done, so a cancelled timer holds nothing."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def fire(*_: Any) -> None:
+            if not done.done():
+                done.set_result(None)
+
+        callback = create_proxy(fire)
+        handle = js.setTimeout(callback, max(0, epoch_ms - self.now_ms()))
+
+        def clear(_: asyncio.Future[None]) -> None:
+            js.clearTimeout(handle)
+            callback.destroy()
+
+        done.add_done_callback(clear)
+        return done
+
+
 class ThreadObjectBase(DurableObject):
     """The Durable Object hosting one space: migrates on start, serves routes, runs the alarm.
 
@@ -367,7 +398,7 @@ class ThreadObjectBase(DurableObject):
         self.space = Space(self.app, self.storage, name=_object_name(ctx),
                            router=BindingRouter(env, self.binding),
                            env=DeliveryEnv(env), http=WorkersFetch(),
-                           pause=yield_to_events)
+                           pause=yield_to_events, clock=WorkersClock())
         ctx.blockConcurrencyWhile(self.space.start)
 
     async def fetch(self, request: Any) -> Response:

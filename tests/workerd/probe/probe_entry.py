@@ -45,7 +45,7 @@ from threadline.storage import MIGRATIONS, migrate, schema_version
 from threadline.storage import schema as schema_module
 from threadline.storage.cloudflare import CloudflareStorage, is_js_null
 from threadline.threads import ThreadRuntime, Turn
-from threadline.worker import ThreadObjectBase
+from threadline.worker import ThreadObjectBase, WorkersClock
 
 # Retries wait about a millisecond, so a retried Attempt can run again within one request.
 probe_app = Application(RuntimeConfig(alarm_backoff_base_ms=1, alarm_backoff_cap_ms=2))
@@ -1088,6 +1088,16 @@ class StorageProbe(DurableObject):
         finally:
             self.spinning = False
         return {"rounds": self.spun}
+
+    async def op_timers(self, clock: str, n: str) -> dict[str, Any]:
+        """Start and cancel ``n`` timers of ``clock`` (``system`` or ``workers``, the deployed
+        one) in this one request, as a pass of ``n`` Attempts does; how many were made."""
+        made = SystemClock() if clock == "system" else WorkersClock()
+        for _ in range(int(n)):
+            timer = made.timer(made.now_ms() + 600_000)
+            timer.cancel()
+            await asyncio.sleep(0)  # the done callbacks run
+        return {"timers": int(n)}
 
     async def op_peek(self) -> dict[str, Any]:
         """Whether a spin is running now, and how many of its rounds are done."""
