@@ -78,7 +78,7 @@ _BY_KEY = "SELECT * FROM tl_submissions WHERE thread_id = ? AND idempotency_key 
 # run in one synchronous transaction of the object, and the unique key would refuse a
 # duplicate seq if anything ever took the same one. (Taking the seq inside the INSERT would
 # save a statement but read one row more: SQLite materialises a SELECT from the table it
-# inserts into.) The row comes back from the INSERT as written, without a read of its own.
+# inserts into.) An admission gets its row back from the INSERT, without a read of its own.
 _CREATE_THREAD = (
     "INSERT INTO tl_threads (id, created_at, updated_at) VALUES (?, ?, ?)"
     " ON CONFLICT (id) DO NOTHING"
@@ -87,8 +87,10 @@ _NEXT_SEQ = "SELECT COALESCE(MAX(seq), 0) + 1 AS seq FROM tl_submissions WHERE t
 _INSERT = (
     "INSERT INTO tl_submissions (id, thread_id, seq, agent, idempotency_key, input_json,"
     " input_digest, state, not_before, created_at, updated_at, submitted_by)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?) RETURNING *"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?)"
 )
+# RETURNING reads the row back (a row read in workerd): only for a caller that answers with it.
+_INSERT_RETURNING = _INSERT + " RETURNING *"
 _READ_INTENT = (
     "SELECT submission_id, state, reason, requested_at, applied_at, requested_by"
     " FROM tl_abort_intents WHERE submission_id = ?"
@@ -316,7 +318,8 @@ class Ledger:
             made = enqueue(self.storage, submission_id=submission_id, thread_id=thread_id,
                            agent=agent, idempotency_key=idempotency_key,
                            input_json=input_json, input_digest=input_digest,
-                           not_before=due_at, now=now, submitted_by=subject)
+                           not_before=due_at, now=now, submitted_by=subject, returning=True)
+            assert made is not None
             return Admission(made, created=True)
 
         if later:
@@ -622,19 +625,22 @@ def enqueue(
     not_before: int | None = None,
     created_at: int | None = None,
     submitted_by: str | None = None,
-) -> Submission:
+    returning: bool = False,
+) -> Submission | None:
     """Write a new queued submission at the end of its Thread's FIFO (creating the Thread).
 
     Inside the caller's gate transaction, which records the admission (new native work).
-    ``submitted_by`` is the subject of the principal that submitted it, if one did. Returns
-    the submission as written.
+    ``submitted_by`` is the subject of the principal that submitted it, if one did. With
+    ``returning`` the submission comes back as written (one row read more), else None.
     """
     storage.exec(_CREATE_THREAD, thread_id, now, now)
     seq = int(storage.exec(_NEXT_SEQ, thread_id).one()["seq"])
-    return Submission.from_row(storage.exec(
-        _INSERT, submission_id, thread_id, seq, agent, idempotency_key, input_json,
-        input_digest, not_before, now if created_at is None else created_at, now, submitted_by,
-    ).one())
+    written = storage.exec(
+        _INSERT_RETURNING if returning else _INSERT, submission_id, thread_id, seq, agent,
+        idempotency_key, input_json, input_digest, not_before,
+        now if created_at is None else created_at, now, submitted_by,
+    )
+    return Submission.from_row(written.one()) if returning else None
 
 
 def admit_delayed(storage: Storage, row: delayed.Delayed, now: int) -> bool:

@@ -99,11 +99,19 @@ def test_an_admission_runs_three_statements(
     statements = _recording(storage, monkeypatch)
     made = ledger.enqueue(storage, submission_id="s2", thread_id="t", agent="echo",
                           idempotency_key=None, input_json='"second"', input_digest="d",
-                          now=clock.now_ms())
+                          now=clock.now_ms(), returning=True)
     assert len(statements) == 3 and statements[2].startswith("INSERT INTO tl_submissions")
     assert (made.id, made.seq, made.input, made.state) == ("s2", 2, "second",
                                                             SubmissionState.QUEUED)
     assert made == harness.get("s2")
+    assert "RETURNING" in statements[2]
+    # A caller that does not answer with the row (a delayed submission falling due, a
+    # message) is not given it: RETURNING reads the row back, a row read in workerd.
+    statements.clear()
+    assert ledger.enqueue(storage, submission_id="s3", thread_id="t", agent="echo",
+                          idempotency_key=None, input_json='"third"', input_digest="d",
+                          now=clock.now_ms()) is None
+    assert "RETURNING" not in statements[2]
 
 
 def test_records_take_consecutive_seqs_per_thread(
