@@ -99,13 +99,15 @@ def object_clock(
     client: httpx.Client, space: str, base: str, submission_id: str, *, passes: bool = True
 ) -> dict[str, float]:
     """The turn on the object's clock (ms): admission to Attempt start, and (with ``passes``)
-    admission to the start of the first maintenance pass at or after it."""
+    admission to the start of the pass that ran it: the last pass started by the Attempt's
+    start. A pass pauses for waiting requests between Attempts and runs what they admit, so
+    that pass may have started before the admission (then 0)."""
     detail = client.get(f"{base}/submissions/{submission_id}").json()
     step = detail["journal"]["entries"][0]
     out = {ATTEMPT_OBJECT: float(step["started_at"] - detail["created_at"])}
     if passes:
         reports = client.get(f"/v1/spaces/{space}/maintenance").json()["pass_reports"]
-        first_pass = min(r["started_at"] for r in reports
-                         if r["started_at"] >= detail["created_at"])
-        out[PASS_OBJECT] = float(first_pass - detail["created_at"])
+        started = [r["started_at"] for r in reports if r["started_at"] <= step["started_at"]]
+        ran_by = max(started) if started else step["started_at"]
+        out[PASS_OBJECT] = float(max(0, ran_by - detail["created_at"]))
     return out
