@@ -9,6 +9,8 @@ from threadline.access import AccessRequest, Capability, Principal
 from threadline.app import Application
 from threadline.clock import Clock, ManualClock, SystemClock
 from threadline.config import RuntimeConfig
+from threadline.delivery.subscribers import DeliveryContext, SubscriberSpec
+from threadline.delivery.webhooks import verify_signature
 from threadline.errors import (
     AgentError,
     ApiError,
@@ -36,13 +38,11 @@ from threadline.maintenance import PassReport
 from threadline.maintenance.faults import Fault, RecoveryEvent
 from threadline.maintenance.host_lanes import LaneContext, LanePhase
 from threadline.maintenance.schedule_lanes import ScheduleContext
-from threadline.records import Record
 from threadline.schedules import CronSchedule, EverySchedule
 from threadline.space import Space
 from threadline.storage import SqliteStorage, Storage
-from threadline.subscribers import DeliveryContext, SubscriberSpec
 from threadline.threads import ApprovalDecision, Followup, RetryPolicy, Turn
-from threadline.webhooks import verify_signature
+from threadline.threads.records import Record
 
 __version__ = "0.1.0"
 

@@ -9,24 +9,24 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from threadline.access import Authorizer
 from threadline.config import RuntimeConfig
-from threadline.errors import InvalidSchedule, SchedulingError
-from threadline.maintenance.host_lanes import DEFAULT_DISPATCH_TIMEOUT, HostLanes, LaneFn
-from threadline.maintenance.schedule_lanes import ScheduleFn, Schedules
-from threadline.queues import MAX_QUEUE_BATCH, queue_spec
-from threadline.records import SUBMISSION_SETTLED, Record
-from threadline.schedules import DEFAULT_TZ, CronSchedule, EverySchedule, Schedule
-from threadline.subscribers import (
+from threadline.delivery.queues import MAX_QUEUE_BATCH, queue_spec
+from threadline.delivery.subscribers import (
     DEFAULT_DISPATCH_TIMEOUT as DEFAULT_DELIVERY_TIMEOUT,
 )
-from threadline.subscribers import (
+from threadline.delivery.subscribers import (
     DeliveryContext,
     Start,
     Subscribers,
     SubscriberSpec,
     kinds_of,
 )
+from threadline.delivery.webhooks import webhook_spec
+from threadline.errors import InvalidSchedule, SchedulingError
+from threadline.maintenance.host_lanes import DEFAULT_DISPATCH_TIMEOUT, HostLanes, LaneFn
+from threadline.maintenance.schedule_lanes import ScheduleFn, Schedules
+from threadline.schedules import DEFAULT_TZ, CronSchedule, EverySchedule, Schedule
 from threadline.threads.agents import AgentFn, AgentRegistry, binding_registry_key
-from threadline.webhooks import webhook_spec
+from threadline.threads.records import SUBMISSION_SETTLED, Record
 
 if TYPE_CHECKING:
     from threadline.maintenance.faults import RecoveryEventHook
@@ -315,7 +315,7 @@ class Application:
         and the other options are those of every subscriber. A 2xx delivers the batch; 408,
         429, a 5xx, a timeout or an unreachable host retry it with backoff; any other status
         parks the subscriber with the status and the start of the answer shown in
-        ``/maintenance``. See :mod:`threadline.webhooks`. ::
+        ``/maintenance``. See :mod:`threadline.delivery.webhooks`. ::
 
             app.webhook("crm", url="https://crm.example.com/hooks/threadline",
                         secret_env="CRM_WEBHOOK_SECRET", kinds={"submission.settled"})
@@ -342,7 +342,7 @@ class Application:
     ) -> SubscriberSpec:
         """Declare a subscriber that sends each record to the Cloudflare Queue bound as
         ``binding`` (one message per record, ``sendBatch`` per batch; ``batch`` at most 100).
-        See :mod:`threadline.queues`. ::
+        See :mod:`threadline.delivery.queues`. ::
 
             app.queue("audit", binding="EVENTS", kinds={"approval.requested"})
 

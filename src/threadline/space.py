@@ -16,23 +16,22 @@ from threadline.api.http import Request, Response
 from threadline.api.routes import route, route_space
 from threadline.app import Application
 from threadline.clock import Clock, SystemClock
+from threadline.delivery.outbound import HttpPort
 from threadline.errors import SchedulingError
 from threadline.ids import IdSource, RandomIds
 from threadline.maintenance import LaneRunner, Maintenance, MaintenanceParts, PassReport
 from threadline.maintenance.bindings import BindingWaits
-from threadline.maintenance.delayed import DELAYED_DISPATCH_TIMEOUT_MS, DelayedAdmissions
+from threadline.maintenance.delayed_lane import DELAYED_DISPATCH_TIMEOUT_MS, DelayedAdmissions
 from threadline.maintenance.faults import (
     RECOVERY_EVENTS_DISPATCH_TIMEOUT_MS,
     RecoveryEvents,
     RecoveryFaults,
 )
 from threadline.maintenance.host_lanes import epoch_ms, handler_for
-from threadline.maintenance.messages import MESSAGES_DISPATCH_TIMEOUT_MS, MessageDelivery
-from threadline.maintenance.publication import Publication, subscribers_key
+from threadline.maintenance.message_lane import MESSAGES_DISPATCH_TIMEOUT_MS, MessageDelivery
+from threadline.maintenance.publication_lane import Publication, subscribers_key
 from threadline.maintenance.readout import MaintenanceReadout
 from threadline.maintenance.schedule_lanes import ScheduleRunner, lanes_key
-from threadline.messages import Accepted, MessageRouter, Verdict
-from threadline.outbound import HttpPort
 from threadline.pause import Pause, no_pause
 from threadline.scheduling import (
     DELAYED,
@@ -45,8 +44,9 @@ from threadline.scheduling import (
 from threadline.scheduling import state as generation
 from threadline.storage.port import Storage
 from threadline.storage.schema import migrate, schema_version
-from threadline.threads import messages
+from threadline.threads import message_rows
 from threadline.threads.model import digest
+from threadline.threads.routing import Accepted, MessageRouter, Verdict
 from threadline.threads.runtime import ThreadRuntime
 
 _log = logging.getLogger("threadline")
@@ -68,7 +68,7 @@ class Space:
     one, so subscribers' envelopes keep naming the space and messages an agent sends into it
     are still admitted locally, in one transaction. A stored name is never replaced: a
     different one given later is logged and ignored (one object serves one name).
-    ``router`` delivers messages into other spaces (see :mod:`threadline.messages`); without
+    ``router`` delivers messages into other spaces (see :mod:`threadline.threads.routing`); without
     one they fail with ``NoRoute``. ``pause`` is what a long pass awaits between Attempts to
     let the platform deliver waiting requests (see :mod:`threadline.pause`; by default it
     returns without suspending).
@@ -267,15 +267,15 @@ class Space:
     def admit_message(
         self, message_id: str, to_thread: str, agent: str | None, input_json: str
     ) -> Verdict:
-        """Admit a message another space's object sent (see :mod:`threadline.messages`).
+        """Admit a message another space's object sent (see :mod:`threadline.threads.routing`).
 
         Idempotent by ``message_id``: the same message delivered again answers with the
         submission it became the first time. The submission, its native work and the alarm
         commit together, then a prompt pass is asked for. Returns
-        :class:`~threadline.messages.Refused` for a message refused for good; raises for a
+        :class:`~threadline.threads.routing.Refused` for a message refused for good; raises for a
         storage failure (the sender retries).
         """
-        verdict = messages.admit_inbound(
+        verdict = message_rows.admit_inbound(
             self.storage, self.scheduler.gate, self.app.agents, self.app.config,
             self.clock.now_ms, message_id=message_id, to_thread=to_thread, agent=agent,
             input_json=input_json,

@@ -38,11 +38,10 @@ from typing import Any, TypeVar
 
 from threadline.app import Application
 from threadline.clock import ManualClock
+from threadline.delivery.outbound import HttpPort
 from threadline.errors import Conflict, Evicted, StorageError
 from threadline.ids import RandomIds
-from threadline.maintenance import PassReport, publication
-from threadline.messages import MessageEnvelope, MessageRouter, Verdict
-from threadline.outbound import HttpPort
+from threadline.maintenance import PassReport, publication_lane
 from threadline.scheduling import (
     DELAYED,
     MESSAGES,
@@ -58,8 +57,7 @@ from threadline.scheduling.state import MaintenanceState
 from threadline.space import Space
 from threadline.storage import SqliteStorage
 from threadline.storage.port import Rows, SqlValue
-from threadline.threads import delayed, transitions
-from threadline.threads import messages as message_rows
+from threadline.threads import delayed, message_rows, transitions
 from threadline.threads import waits as wait_rows
 from threadline.threads.ledger import Ledger
 from threadline.threads.model import (
@@ -72,6 +70,7 @@ from threadline.threads.model import (
     check_id,
 )
 from threadline.threads.recovery import RecoverySweepResult
+from threadline.threads.routing import MessageEnvelope, MessageRouter, Verdict
 from threadline.threads.runtime import ThreadRuntime
 from threadline.threads.waits import Wait
 
@@ -667,7 +666,7 @@ def _subscribers_late(
         return None
     if state.processed < state.dirty:
         return None
-    for name, stored in publication.read_rows(storage).items():
+    for name, stored in publication_lane.read_rows(storage).items():
         spec = app.subscribers.get(name)
         if spec is None or stored.parked:
             continue

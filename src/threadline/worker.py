@@ -25,18 +25,18 @@ from threadline.api.http import Request
 from threadline.api.http import Response as PlainResponse
 from threadline.app import Application
 from threadline.clock import SystemClock
-from threadline.maintenance.host_lanes import wake_arguments
-from threadline.messages import MessageEnvelope, Verdict, verdict_from_json, verdict_to_json
-from threadline.outbound import (
+from threadline.delivery.outbound import (
     RESPONSE_BODY_LIMIT,
     OutboundResponse,
     OutboundTimeout,
     QueueProducer,
     origin,
 )
+from threadline.maintenance.host_lanes import wake_arguments
 from threadline.space import Space
 from threadline.storage.cloudflare import CloudflareStorage, is_js_null
 from threadline.threads.model import JsonValue
+from threadline.threads.routing import MessageEnvelope, Verdict, verdict_from_json, verdict_to_json
 
 _log = logging.getLogger("threadline.worker")
 
@@ -192,7 +192,7 @@ async def _read_prefix(js_response: Any, limit: int) -> bytes:
 
 
 class WorkersFetch:
-    """The outbound :class:`~threadline.outbound.HttpPort` in workerd: the Worker's ``fetch``.
+    """The outbound :class:`~threadline.delivery.outbound.HttpPort` in workerd: ``fetch``.
 
     The ``workers`` SDK's fetch is used because cancelling its wait aborts the request itself
     (a raw ``js.fetch`` under a timeout would leave it running); the one allowance bounds the
@@ -219,7 +219,7 @@ class WorkersFetch:
 
 
 class _Queue:
-    """A Queue producer binding as a :class:`~threadline.outbound.QueueProducer`."""
+    """A Queue producer binding as a :class:`~threadline.delivery.outbound.QueueProducer`."""
 
     def __init__(self, binding: Any) -> None:
         self._binding = binding
@@ -236,7 +236,7 @@ class DeliveryEnv:
 
     Attributes read through to the environment (secrets, bindings); in addition
     :meth:`queue_producer` adapts a Queue binding, so the JavaScript call stays in this module
-    (see :func:`threadline.outbound.queue_producer`).
+    (see :func:`threadline.delivery.outbound.queue_producer`).
     """
 
     def __init__(self, env: Any) -> None:

@@ -14,7 +14,7 @@ from sse_support import drive, soon, submit
 from threadline import Application, ManualClock, RuntimeConfig, Turn
 from threadline.api.http import Request
 from threadline.client import AsyncClient, Client
-from threadline.client_events import MAX_RETRY_AFTER_S
+from threadline.client.event_stream import MAX_RETRY_AFTER_S
 from threadline.errors import ApiError
 
 BASE = "http://threadline.test"

@@ -18,12 +18,12 @@ from threadline.app import Application
 from threadline.clock import ManualClock
 from threadline.config import RuntimeConfig
 from threadline.errors import Evicted
-from threadline.records import SUBMISSION_SETTLED
 from threadline.scheduling import RUNTIME_LOCATIONS
 from threadline.storage import SqliteStorage, migrate
 from threadline.testing import Effects, SettlementLog, ThreadHarness
 from threadline.threads import waits
 from threadline.threads.model import Outcome, SubmissionState, WaitKind
+from threadline.threads.records import SUBMISSION_SETTLED
 from threadline.threads.turn import Turn
 
 _ORDER = "SELECT id, input_json FROM tl_submissions ORDER BY seq"

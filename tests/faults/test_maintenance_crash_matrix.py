@@ -89,10 +89,9 @@ from threadline import (
     ScheduleContext,
 )
 from threadline.api.http import Request
+from threadline.delivery.outbound import OutboundResponse
 from threadline.errors import Evicted
-from threadline.maintenance.publication import read_rows
-from threadline.outbound import OutboundResponse
-from threadline.records import MESSAGE_FAILED
+from threadline.maintenance.publication_lane import read_rows
 from threadline.schedules import fire_key
 from threadline.scheduling import FAILPOINT_LOCATIONS, read_state
 from threadline.scheduling.due_queue import DueQueue
@@ -109,9 +108,10 @@ from threadline.threads import (
     SubmissionState,
     Turn,
     history,
+    message_rows,
     transitions,
 )
-from threadline.threads import messages as message_rows
+from threadline.threads.records import MESSAGE_FAILED
 
 START = 1_700_000_000_000
 SEEDS = (0, 1)

@@ -16,11 +16,11 @@ from threadline.app import Application
 from threadline.clock import ManualClock
 from threadline.config import RuntimeConfig
 from threadline.errors import Evicted
-from threadline.records import SUBMISSION_SETTLED
 from threadline.scheduling import NATIVE, RUNTIME_LOCATIONS
 from threadline.storage import SqliteStorage
 from threadline.testing import Effects, SettlementLog, ThreadHarness
 from threadline.threads.model import Outcome, SubmissionState
+from threadline.threads.records import SUBMISSION_SETTLED
 from threadline.threads.turn import Turn
 
 STEPS = ("a", "b", "c")

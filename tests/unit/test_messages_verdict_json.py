@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from threadline.messages import Accepted, Refused, verdict_from_json, verdict_to_json
+from threadline.threads.routing import Accepted, Refused, verdict_from_json, verdict_to_json
 
 
 @pytest.mark.parametrize("verdict", [Accepted("sub_1"), Refused("BindingUnavailable: x")])

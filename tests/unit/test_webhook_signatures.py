@@ -9,7 +9,7 @@ import pytest
 
 import threadline
 from threadline import SignatureInvalid, verify_signature
-from threadline.webhooks import signature_header
+from threadline.delivery.webhooks import signature_header
 
 BODY = b'{"space":"acme","subscriber":"crm","records":[]}'
 SECRET = "whsec_test"

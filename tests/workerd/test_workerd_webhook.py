@@ -25,7 +25,7 @@ from test_workerd_maintenance import kill_workerd
 from workerd_runtime import ROOT, TOKEN, Runtime, wait_for
 
 import threadline
-from threadline.outbound import RESPONSE_BODY_LIMIT
+from threadline.delivery.outbound import RESPONSE_BODY_LIMIT
 
 HERE = Path(__file__).resolve().parent
 BUNDLE = ROOT / ".threadline" / "bundle-webhook"

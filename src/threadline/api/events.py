@@ -5,7 +5,7 @@ Two kinds of events, chosen so that resuming is exact:
 - ``event: record`` — one record of the Thread's log, with ``id:`` set to its seq. The log
   holds what agents emit and the runtime's own facts (``submission.settled`` with the outcome
   and the result or error, ``approval.requested``, ``approval.decided``, ``message.failed``: see
-  :mod:`threadline.records`). The stream sends every record after the resume point in seq
+  :mod:`threadline.threads.records`). The stream sends every record after the resume point in seq
   order, then each new one as it is appended. A client that reconnects with
   ``Last-Event-ID: N`` (or ``?after=N`` on a fresh connection; the header wins when both are
   sent, as a reconnecting browser keeps the URL) gets exactly the records after ``N``: no gap,

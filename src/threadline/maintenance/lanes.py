@@ -91,7 +91,7 @@ _HOST_LANE_ROWS = (
     " UNION ALL SELECT id, due_at FROM tl_lanes WHERE id >= ?"
 )
 # Lanes the pass serves itself, never through a wave: native work, and subscriber delivery
-# (threadline.maintenance.publication), whose per-subscriber state is its own.
+# (threadline.maintenance.publication_lane), whose per-subscriber state is its own.
 _PASS_DRIVEN = frozenset({NATIVE, PUBLICATION})
 #: The least id above every id with the reserved prefix.
 _AFTER_RESERVED = RESERVED_PREFIX[:-1] + chr(ord(RESERVED_PREFIX[-1]) + 1)

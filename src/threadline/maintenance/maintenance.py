@@ -74,7 +74,7 @@ from threadline.errors import BindingUnavailable, ThreadlineError
 from threadline.maintenance.bindings import BindingWaits
 from threadline.maintenance.faults import Fault, RecoveryFaults
 from threadline.maintenance.lanes import LaneRunner, WaveResult
-from threadline.maintenance.publication import Publication
+from threadline.maintenance.publication_lane import Publication
 from threadline.maintenance.report import PassPhase, PassReport, PassReports, failure_fields
 from threadline.maintenance.view import Need, ThreadView, classify
 from threadline.pause import Pause, no_pause

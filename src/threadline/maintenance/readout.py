@@ -13,7 +13,7 @@ from typing import Any
 from threadline.maintenance.bindings import BindingWaits
 from threadline.maintenance.faults import RecoveryFaults
 from threadline.maintenance.host_lanes import HostLanes
-from threadline.maintenance.publication import Publication
+from threadline.maintenance.publication_lane import Publication
 from threadline.maintenance.report import PassReport, PassReports
 from threadline.maintenance.schedule_lanes import ScheduleRunner
 from threadline.scheduling import DueQueue

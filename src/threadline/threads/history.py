@@ -1,6 +1,6 @@
 """A Thread's log (``tl_history``): the one ordered record of what happened in it.
 
-It holds what agents emit and, under the reserved kinds of :mod:`threadline.records`, the
+It holds what agents emit and, under the reserved kinds of :mod:`threadline.threads.records`, the
 runtime's own facts: a settlement (``submission.settled``), an approval request
 (``approval.requested``) and its decision (``approval.decided``), a message refused for good
 (``message.failed``). Each record is appended in the transaction of the fact it reports, so a

@@ -16,7 +16,6 @@ from threadline.clock import Clock
 from threadline.config import RuntimeConfig
 from threadline.errors import Conflict, NotFound, PayloadTooLarge, ValidationFailed
 from threadline.ids import IdSource
-from threadline.records import APPROVAL_DECIDED
 from threadline.storage.port import Row, Storage
 from threadline.threads import delayed, history, journal, transitions, waits
 from threadline.threads.abort_watch import AbortWatch
@@ -40,6 +39,7 @@ from threadline.threads.model import (
     encode_json,
 )
 from threadline.threads.ports import DELAYED, NATIVE, PUBLICATION, MutationGate, commit_fact
+from threadline.threads.records import APPROVAL_DECIDED
 
 # Every scan names the predicate of the partial index tl_submissions_open (open work, keyed
 # dormant, thread, seq), so its cost follows open work, however much settled history the

@@ -63,7 +63,6 @@ from threadline.errors import (
     ValidationFailed,
 )
 from threadline.ids import IdSource
-from threadline.records import APPROVAL_REQUESTED
 from threadline.scheduling import backoff_ms
 from threadline.storage.port import Storage
 from threadline.threads import history, journal, transitions, waits
@@ -91,6 +90,7 @@ from threadline.threads.ports import (
     MutationGate,
     commit_fact,
 )
+from threadline.threads.records import APPROVAL_REQUESTED
 from threadline.threads.recovery import (
     Recovery,
     RecoverySweepResult,

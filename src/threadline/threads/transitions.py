@@ -9,7 +9,6 @@ run expects a revision that no longer exists. Callers run these inside a gate tr
 
 from __future__ import annotations
 
-from threadline.records import SUBMISSION_SETTLED
 from threadline.storage.port import Row, Storage
 from threadline.threads import followups, history, waits
 from threadline.threads.model import (
@@ -22,6 +21,7 @@ from threadline.threads.model import (
     decode_json,
     encode_json,
 )
+from threadline.threads.records import SUBMISSION_SETTLED
 
 # The first claim also notes where the Thread's log ends (``history_from``): every record of
 # the submission follows it, so finding them reads the log from there, not from its start. In

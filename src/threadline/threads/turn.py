@@ -38,7 +38,7 @@ from threadline.threads import (
     history,
     journal,
     ledger,
-    messages,
+    message_rows,
     views,
     waits,
 )
@@ -453,13 +453,13 @@ class Turn:
             _checked(lambda: check_id(agent, field="agent"))
         message_id = f"{self.submission_id}:{self._key('send')}"
         self._next_position()
-        if messages.message_exists(self._storage, message_id):
+        if message_rows.message_exists(self._storage, message_id):
             return message_id
         input_json = self._encode_or_fail(input, field="message input")
         await self._boundary()
 
         def write() -> None:
-            messages.enqueue_message(
+            message_rows.enqueue_message(
                 self._storage, message_id=message_id, from_thread=self.thread_id,
                 from_submission=self.submission_id, to_space=space, to_thread=thread,
                 input_json=input_json, now=self._clock.now_ms(), agent=agent,

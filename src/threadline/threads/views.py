@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from threadline.errors import ValidationFailed
 from threadline.storage.port import Row, Storage
-from threadline.threads import delayed, messages
+from threadline.threads import delayed, message_rows
 from threadline.threads.agents import AgentRegistry
 from threadline.threads.ledger import work_item
 from threadline.threads.model import JsonValue, WorkItem, decode_json
@@ -211,10 +211,10 @@ def journal_of(storage: Storage, submission_id: str) -> list[JournalStep]:
     ]
 
 
-def messages_of(storage: Storage, submission_id: str) -> list[messages.Message]:
+def messages_of(storage: Storage, submission_id: str) -> list[message_rows.Message]:
     """The messages the submission sent (at most ``MESSAGES_LISTED``), in the order it sent
     them: one range of ``tl_messages``' primary key."""
-    return messages.of_submission(storage, submission_id)
+    return message_rows.of_submission(storage, submission_id)
 
 
 __all__ = [

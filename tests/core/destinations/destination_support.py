@@ -6,9 +6,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from threadline.outbound import OutboundResponse
-from threadline.records import Record
-from threadline.subscribers import DeliveryContext
+from threadline.delivery.outbound import OutboundResponse
+from threadline.delivery.subscribers import DeliveryContext
+from threadline.threads.records import Record
 
 NOW_MS = 1_700_000_000_123
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from destination_support import FakeHttp, FakeQueue, context, records
 
-from threadline.webhooks import signature_header
+from threadline.delivery.webhooks import signature_header
 
 README = Path(__file__).resolve().parents[3] / "README.md"
 SECRET = "whsec_readme"

@@ -14,8 +14,8 @@ import pytest
 from destination_support import FakeHttp, FakeQueue, Sent
 
 import threadline
-from threadline.outbound import OutboundResponse
-from threadline.records import SUBMISSION_SETTLED
+from threadline.delivery.outbound import OutboundResponse
+from threadline.threads.records import SUBMISSION_SETTLED
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "maintenance"))
 from subscribers_support import clock, emit, log_end, maintenance_view, row, writer_app

@@ -15,9 +15,9 @@ from destination_support import NOW_MS, context, records
 from local_server import Answer, local_server
 
 import threadline
+from threadline.delivery.outbound import RESPONSE_BODY_LIMIT, HttpxPort, OutboundTimeout
+from threadline.delivery.webhooks import WebhookUnavailable
 from threadline.errors import DeliveryRefused
-from threadline.outbound import RESPONSE_BODY_LIMIT, HttpxPort, OutboundTimeout
-from threadline.webhooks import WebhookUnavailable
 
 
 def _post(url: str, body: bytes = b"{}", timeout_ms: int = 5_000,
@@ -102,8 +102,8 @@ def test_a_webhook_without_an_http_port_uses_httpx() -> None:
 
 
 def test_importing_threadline_never_imports_httpx() -> None:
-    code = ("import sys, threadline, threadline.webhooks, threadline.queues, "
-            "threadline.outbound; print('httpx' in sys.modules)")
+    code = ("import sys, threadline, threadline.delivery.webhooks, threadline.delivery.queues, "
+            "threadline.delivery.outbound; print('httpx' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"

@@ -12,11 +12,11 @@ import pytest
 from destination_support import FakeQueue, context, records
 
 import threadline
+from threadline.delivery.outbound import QueueProducer
+from threadline.delivery.queues import MAX_SEND_BYTES
+from threadline.delivery.subscribers import SubscriberSpec
 from threadline.errors import DeliveryRefused, SchedulingError
-from threadline.outbound import QueueProducer
-from threadline.queues import MAX_SEND_BYTES
-from threadline.records import Record
-from threadline.subscribers import SubscriberSpec
+from threadline.threads.records import Record
 
 
 def _spec(**options: Any) -> SubscriberSpec:

@@ -13,11 +13,11 @@ import pytest
 from destination_support import NOW_MS, FakeHttp, Sent, context, records
 
 import threadline
+from threadline.delivery.outbound import OutboundResponse, OutboundTimeout
+from threadline.delivery.subscribers import SubscriberSpec
+from threadline.delivery.webhooks import DETAIL_BODY_BYTES, WebhookUnavailable
 from threadline.errors import DeliveryRefused, SchedulingError
-from threadline.outbound import OutboundResponse, OutboundTimeout
-from threadline.records import Record
-from threadline.subscribers import SubscriberSpec
-from threadline.webhooks import DETAIL_BODY_BYTES, WebhookUnavailable
+from threadline.threads.records import Record
 
 URL = "https://crm.example.com/hooks/threadline?token=s3cr3t-path"
 SECRET = "whsec_value_never_shown"

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 from subscribers_support import Recorder, clock, emit, log_end, row, writer_app
 
-from threadline.maintenance.publication import DELIVERED, DELIVERING
+from threadline.maintenance.publication_lane import DELIVERED, DELIVERING
 from threadline.testing import SimulatedObject
 
 

@@ -8,10 +8,10 @@ import asyncio
 
 from subscribers_support import Recorder, clock, emit, log_end, row, writer_app
 
-from threadline.maintenance.publication import WAVE_BATCHES
-from threadline.records import SUBMISSION_SETTLED
+from threadline.maintenance.publication_lane import WAVE_BATCHES
 from threadline.testing import SimulatedObject
 from threadline.threads.model import SubmissionState
+from threadline.threads.records import SUBMISSION_SETTLED
 
 
 async def _backfill() -> None:

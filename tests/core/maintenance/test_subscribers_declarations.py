@@ -10,9 +10,9 @@ import pytest
 from subscribers_support import Recorder, clock, emit, writer_app
 
 from threadline import Application, Record, SchedulingError
-from threadline.records import SUBMISSION_SETTLED
-from threadline.subscribers import MAX_BATCH, MAX_DISPATCH_TIMEOUT, MIN_DISPATCH_TIMEOUT
+from threadline.delivery.subscribers import MAX_BATCH, MAX_DISPATCH_TIMEOUT, MIN_DISPATCH_TIMEOUT
 from threadline.testing import SimulatedObject
+from threadline.threads.records import SUBMISSION_SETTLED
 
 
 def test_a_bad_declaration_fails_when_the_decorator_runs() -> None:

@@ -7,8 +7,8 @@ import asyncio
 
 from subscribers_support import Recorder, clock, emit, log_end, row, writer_app
 
-from threadline.records import SUBMISSION_SETTLED
 from threadline.testing import SimulatedObject
+from threadline.threads.records import SUBMISSION_SETTLED
 
 
 async def _ordered() -> None:

@@ -8,8 +8,8 @@ from itertools import pairwise
 from subscribers_support import Recorder, clock, emit, log_end, writer_app
 
 from threadline import Record
-from threadline.records import SUBMISSION_SETTLED
 from threadline.testing import SimulatedObject
+from threadline.threads.records import SUBMISSION_SETTLED
 
 
 async def _rows_per_batch() -> None:

@@ -9,9 +9,9 @@ import asyncio
 
 from subscribers_support import Recorder, clock, log_end, row, writer_app
 
-from threadline.records import SUBMISSION_SETTLED
 from threadline.scheduling import PUBLICATION
 from threadline.testing import SimulatedObject
+from threadline.threads.records import SUBMISSION_SETTLED
 
 
 async def _abort_delayed() -> None:

@@ -9,7 +9,7 @@ from threadline import Application, RuntimeConfig, Turn
 from threadline.storage.port import Storage
 from threadline.testing import SimulatedDeployment, SimulatedObject
 from threadline.threads.history import read_history
-from threadline.threads.messages import Message, of_submission
+from threadline.threads.message_rows import Message, of_submission
 
 START = 1_700_000_000_000
 # Short backoffs keep the simulated time small; the rules are the same.

@@ -12,7 +12,7 @@ from messages_support import START, build_app
 
 import threadline
 from threadline import ManualClock, Turn
-from threadline.outbound import OutboundResponse
+from threadline.delivery.outbound import OutboundResponse
 from threadline.testing import SimulatedDeployment
 
 SECRET = "whsec_deployment"

@@ -8,9 +8,9 @@ import asyncio
 
 from messages_support import deployment, forward, sent
 
-from threadline.maintenance.messages import ANSWERED
-from threadline.messages import Accepted
+from threadline.maintenance.message_lane import ANSWERED
 from threadline.threads.model import Outcome
+from threadline.threads.routing import Accepted
 
 
 def test_a_message_into_another_space_is_admitted_and_settled_there() -> None:

@@ -11,9 +11,9 @@ from typing import Any
 from messages_support import START, build_app
 
 from threadline import ManualClock, RuntimeConfig
-from threadline.messages import Accepted, Refused
 from threadline.testing import SimulatedObject
-from threadline.threads.messages import MAX_MESSAGE_ID_CHARS, inbound_key, inbound_submission_id
+from threadline.threads.message_rows import MAX_MESSAGE_ID_CHARS, inbound_key, inbound_submission_id
+from threadline.threads.routing import Accepted, Refused
 
 
 async def _admit(*messages: tuple[Any, ...], config: RuntimeConfig | None = None) -> list[Any]:

@@ -13,9 +13,9 @@ import pytest
 from messages_support import START, build_app
 
 from threadline import ManualClock, RuntimeConfig
-from threadline.messages import Accepted, Refused
 from threadline.testing import SimulatedObject
-from threadline.threads.messages import inbound_key
+from threadline.threads.message_rows import inbound_key
+from threadline.threads.routing import Accepted, Refused
 
 
 async def _verdict(*args: Any, config: RuntimeConfig | None = None) -> Any:

@@ -10,9 +10,9 @@ import sqlite3
 from messages_support import START, build_app, forward, sent
 
 from threadline import ManualClock
-from threadline.maintenance.messages import ADMITTING
+from threadline.maintenance.message_lane import ADMITTING
 from threadline.testing import SimulatedObject
-from threadline.threads.messages import inbound_key
+from threadline.threads.message_rows import inbound_key
 from threadline.threads.model import Outcome, SubmissionState
 
 

@@ -12,10 +12,10 @@ from messages_support import START, build_app, deployment, forward, history, sen
 
 from threadline import ManualClock
 from threadline.api.http import Request
-from threadline.maintenance.messages import NO_ROUTE
-from threadline.records import MESSAGE_FAILED
+from threadline.maintenance.message_lane import NO_ROUTE
 from threadline.testing import SimulatedObject
 from threadline.threads.model import Outcome
+from threadline.threads.records import MESSAGE_FAILED
 
 
 def test_a_message_to_an_agent_unknown_there_fails_with_a_record_in_the_senders_log() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from threadline.storage import SqliteStorage, migrate
-from threadline.threads import messages as rows
+from threadline.threads import message_rows as rows
 
 
 @pytest.fixture

@@ -10,13 +10,13 @@ import random
 from messages_support import CONFIG, START, deployment, forward, sent
 
 from threadline import ManualClock
-from threadline.maintenance.messages import MessageDelivery
-from threadline.messages import Accepted, MessageEnvelope, Verdict
+from threadline.maintenance.message_lane import MessageDelivery
 from threadline.scheduling import Failpoints, build_scheduler
 from threadline.storage import SqliteStorage, migrate
-from threadline.threads import messages as rows
+from threadline.threads import message_rows as rows
 from threadline.threads.agents import AgentRegistry
 from threadline.threads.model import Outcome
+from threadline.threads.routing import Accepted, MessageEnvelope, Verdict
 
 
 def test_a_transient_delivery_failure_is_retried_with_a_growing_durable_backoff() -> None:

@@ -18,13 +18,13 @@ from messages_support import START, build_app, forward, sent
 
 from threadline import Application, ManualClock, SqliteStorage, Turn
 from threadline.api.http import Request
-from threadline.maintenance.publication import DELIVERING
-from threadline.records import Record
+from threadline.delivery.subscribers import DeliveryContext, SubscriberSpec
+from threadline.maintenance.publication_lane import DELIVERING
 from threadline.scheduling import state as generation
 from threadline.space import Space
-from threadline.subscribers import DeliveryContext, SubscriberSpec
 from threadline.testing import SimulatedObject
 from threadline.threads.model import Outcome
+from threadline.threads.records import Record
 
 
 def _audited(seen: list[str]) -> Application:

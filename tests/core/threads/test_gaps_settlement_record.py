@@ -18,10 +18,10 @@ import pytest
 from threadline.app import Application
 from threadline.config import RuntimeConfig
 from threadline.errors import NonRetryable
-from threadline.records import SUBMISSION_SETTLED
 from threadline.testing import SettlementLog, ThreadHarness
 from threadline.threads import transitions
 from threadline.threads.model import Outcome, SubmissionState
+from threadline.threads.records import SUBMISSION_SETTLED
 from threadline.threads.turn import Turn
 
 MakeHarness = Callable[..., ThreadHarness]

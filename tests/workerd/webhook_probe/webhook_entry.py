@@ -21,9 +21,9 @@ from webhook_target import URL
 from workers import Response
 
 import threadline
-from threadline.outbound import OutboundTimeout
-from threadline.records import Record
-from threadline.subscribers import DeliveryContext
+from threadline.delivery.outbound import OutboundTimeout
+from threadline.delivery.subscribers import DeliveryContext
+from threadline.threads.records import Record
 from threadline.worker import DeliveryEnv, ThreadObjectBase, WorkerBase, WorkersFetch
 
 app = threadline.Application()

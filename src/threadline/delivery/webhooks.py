@@ -1,7 +1,8 @@
 """Webhook destinations: a subscriber's batches POSTed as signed JSON, and the receiver's check.
 
 ``app.webhook("crm", url=..., secret_env="CRM_WEBHOOK_SECRET")`` declares a subscriber whose
-delivery is one POST per batch through the outbound :class:`~threadline.outbound.HttpPort`::
+delivery is one POST per batch through the outbound
+:class:`~threadline.delivery.outbound.HttpPort`::
 
     POST <url>
     Content-Type: application/json
@@ -34,8 +35,7 @@ from datetime import timedelta
 from urllib.parse import urlsplit
 
 from threadline.clock import SystemClock
-from threadline.errors import DeliveryRefused, SchedulingError, SignatureInvalid
-from threadline.outbound import (
+from threadline.delivery.outbound import (
     HttpPort,
     HttpxPort,
     OutboundResponse,
@@ -43,14 +43,15 @@ from threadline.outbound import (
     env_value,
     origin,
 )
-from threadline.records import Record
-from threadline.subscribers import (
+from threadline.delivery.subscribers import (
     DEFAULT_DISPATCH_TIMEOUT,
     DeliveryContext,
     Start,
     SubscriberSpec,
     kinds_of,
 )
+from threadline.errors import DeliveryRefused, SchedulingError, SignatureInvalid
+from threadline.threads.records import Record
 
 SIGNATURE_HEADER = "Threadline-Signature"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -307,7 +308,7 @@ def webhook_spec(
     batch: int = 100,
     dispatch_timeout: timedelta = DEFAULT_DISPATCH_TIMEOUT,
 ) -> SubscriberSpec:
-    """The :class:`~threadline.subscribers.SubscriberSpec` of ``app.webhook(...)``."""
+    """The :class:`~threadline.delivery.subscribers.SubscriberSpec` of ``app.webhook(...)``."""
     checked_url = check_url(name, url)
     names = check_secret_env(name, secret_env)
 

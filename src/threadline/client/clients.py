@@ -39,7 +39,7 @@ from threadline.api.models import (
     ThreadPage,
     ThreadSummary,
 )
-from threadline.client_events import ThreadEvent, aiter_events, iter_events
+from threadline.client.event_stream import ThreadEvent, aiter_events, iter_events
 from threadline.errors import (
     ApiError,
     Conflict,
@@ -335,8 +335,8 @@ class Client:
         """The Thread's live events (records after seq ``after``, or all; state changes).
 
         Records include each submission's ``submission.settled`` record (see
-        :class:`~threadline.client_events.ThreadEvent`): following them tells every settlement,
-        one missed while disconnected too, where :meth:`wait` polls one submission.
+        :class:`~threadline.client.event_stream.ThreadEvent`): following them tells every
+        settlement, one missed while disconnected too, where :meth:`wait` polls one submission.
 
         May be opened before the Thread's first submission: it waits for it, then follows it.
         Never ends on its own: a lost connection is reopened after ``reconnect_delay`` s with

@@ -43,7 +43,7 @@ class ThreadEvent:
     ``attempts``, ``revision``; ``seq`` is None). ``data`` is the event's JSON.
 
     A record's own ``kind`` (``record().kind``) is what an agent emitted (``record`` by
-    default) or one of the runtime's facts (:mod:`threadline.records`):
+    default) or one of the runtime's facts (:mod:`threadline.threads.records`):
     ``submission.settled`` (body ``{submission_id, outcome, result?, error?, submitted_by?,
     aborted_by?, resolved_by?}``), ``approval.requested`` (``{submission_id, key, payload}``),
     ``approval.decided`` (``{submission_id, key, approved, decided_by?}``) or

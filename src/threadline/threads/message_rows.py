@@ -3,7 +3,7 @@
 Sending: an Attempt only writes the row, in its own transaction, with an id derived from the
 submission and the send's place in it (``<submission id>:send``, ``...:send#2``), so a replay
 finds the row instead of sending twice. The ``threadline:messages`` lane delivers pending rows
-(:mod:`threadline.maintenance.messages`); a row ends ``delivered`` (with the submission it
+(:mod:`threadline.maintenance.message_lane`); a row ends ``delivered`` (with the submission it
 became) or ``failed`` (with the reason).
 
 Receiving (:func:`admit_inbound`): a message becomes a submission of the target Thread whose
@@ -22,12 +22,12 @@ from dataclasses import dataclass
 
 from threadline.config import RuntimeConfig
 from threadline.errors import BindingUnavailable, Conflict, ThreadlineError, ValidationFailed
-from threadline.messages import Accepted, Refused, Verdict
 from threadline.storage.port import Row, Storage
 from threadline.threads import ledger, views
 from threadline.threads.agents import AgentRegistry
 from threadline.threads.model import check_id, decode_json, digest, encode_json
 from threadline.threads.ports import MutationGate
+from threadline.threads.routing import Accepted, Refused, Verdict
 
 _SELECT = (
     "SELECT id, from_thread, from_submission, to_space, to_thread, agent, input_json, state,"
@@ -247,7 +247,7 @@ def admit_inbound(
     ``also(submission_id)`` (the sender's own bookkeeping, when the message is local) commit
     in one transaction; a refusal writes nothing.
 
-    Refused for good (:class:`~threadline.messages.Refused`): a Thread id or input this
+    Refused for good (:class:`~threadline.threads.routing.Refused`): a Thread id or input this
     deployment refuses, an agent it does not register (``BindingUnavailable``), no agent named
     for a new Thread while several are registered, or the key already used with other input.
     Storage failures raise: the delivery is retried.

@@ -7,7 +7,7 @@ none is pending, so the lane goes idle and arms no alarm).
 * **Into the sender's own space** a message is admitted in one transaction with its marking
   as delivered (and the wave's progress): it is admitted exactly once, and a loss of the
   object before that commit leaves it pending, admitted nowhere.
-* **Into another space** it goes through the :class:`~threadline.messages.MessageRouter`.
+* **Into another space** it goes through the :class:`~threadline.threads.routing.MessageRouter`.
   One delivery attempt is charged first, durably (should the call hang or the object be
   lost, the message is due again once the call's bound and a backoff have passed), then the
   router is called, bounded by ``call_timeout_ms``. The target admits it idempotently by
@@ -36,16 +36,16 @@ from collections.abc import Awaitable, Callable
 from threadline.clock import Clock
 from threadline.config import RuntimeConfig
 from threadline.maintenance.lanes import current_wave
-from threadline.messages import Accepted, MessageEnvelope, MessageRouter, Refused, Verdict
-from threadline.records import MESSAGE_FAILED
 from threadline.scheduling import backoff_ms
 from threadline.storage.port import Storage
 from threadline.threads import history
-from threadline.threads import messages as rows
+from threadline.threads import message_rows as rows
 from threadline.threads.agents import AgentRegistry
-from threadline.threads.messages import Message
+from threadline.threads.message_rows import Message
 from threadline.threads.model import encode_json
 from threadline.threads.ports import PUBLICATION, Failpoints, MutationGate
+from threadline.threads.records import MESSAGE_FAILED
+from threadline.threads.routing import Accepted, MessageEnvelope, MessageRouter, Refused, Verdict
 
 _logger = logging.getLogger("threadline.maintenance")
 

@@ -1,7 +1,7 @@
 """Subscriber declarations: who consumes a space's Thread logs, and how a batch reaches them.
 
 A subscriber is a durable cursor over the records of a space's Threads. The declaration here is
-pure data; the maintenance pass delivers (``threadline.maintenance.publication``). Built-in
+pure data; the maintenance pass delivers (``threadline.maintenance.publication_lane``). Built-in
 destinations (webhook, queue) and ``@app.subscriber`` functions share one shape: a
 :data:`Deliver` coroutine given a batch and a :class:`DeliveryContext`. It returns to deliver the
 batch, raises :class:`~threadline.DeliveryRefused` to park the subscriber, and raises anything
@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
+from threadline.delivery.outbound import HttpPort
 from threadline.errors import SchedulingError
-from threadline.outbound import HttpPort
-from threadline.records import Record
+from threadline.threads.records import Record
 
 #: A subscriber name: a letter, then up to 63 of ``[A-Za-z0-9_.-]``.
 NAME_PATTERN = r"[A-Za-z][A-Za-z0-9_.-]{0,63}"

@@ -23,17 +23,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
-from threadline.errors import DeliveryRefused, SchedulingError
-from threadline.outbound import queue_producer
-from threadline.records import Record
-from threadline.subscribers import (
+from threadline.delivery.outbound import queue_producer
+from threadline.delivery.subscribers import (
     DEFAULT_DISPATCH_TIMEOUT,
     DeliveryContext,
     Start,
     SubscriberSpec,
     kinds_of,
 )
+from threadline.errors import DeliveryRefused, SchedulingError
 from threadline.threads.model import JsonValue
+from threadline.threads.records import Record
 
 #: Messages in one ``sendBatch`` call (the platform's bound).
 MAX_QUEUE_BATCH = 100
@@ -104,7 +104,7 @@ def queue_spec(
     batch: int = MAX_QUEUE_BATCH,
     dispatch_timeout: timedelta = DEFAULT_DISPATCH_TIMEOUT,
 ) -> SubscriberSpec:
-    """The :class:`~threadline.subscribers.SubscriberSpec` of ``app.queue(...)``."""
+    """The :class:`~threadline.delivery.subscribers.SubscriberSpec` of ``app.queue(...)``."""
     if not isinstance(binding, str) or _BINDING.fullmatch(binding) is None:
         raise SchedulingError(
             f"queue subscriber {name!r}: binding must name a Worker binding "

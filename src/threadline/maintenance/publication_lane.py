@@ -48,14 +48,14 @@ from typing import Any
 from threadline.abandonment import Abandoned
 from threadline.clock import Clock
 from threadline.config import RuntimeConfig
+from threadline.delivery.outbound import HttpPort
+from threadline.delivery.subscribers import DeliveryContext, Subscribers, SubscriberSpec
 from threadline.errors import DeliveryRefused, ThreadlineError
-from threadline.outbound import HttpPort
-from threadline.records import Record
 from threadline.scheduling import NATIVE, PUBLICATION, DueQueue, backoff_ms
 from threadline.scheduling.failpoints import PUBLICATION_LOCATIONS, Failpoints
 from threadline.storage.port import Row, Storage
-from threadline.subscribers import DeliveryContext, Subscribers, SubscriberSpec
 from threadline.threads.model import decode_json, digest
+from threadline.threads.records import Record
 
 _logger = logging.getLogger("threadline.maintenance")
 
@@ -185,9 +185,9 @@ class _Batch:
 class Publication:
     """Delivery to the declared subscribers, driven by the maintenance pass.
 
-    ``space`` is the name of the space every :class:`~threadline.subscribers.DeliveryContext`
-    carries (``""`` while the object does not know it); the
-    :class:`~threadline.space.Space` sets it once it learns the name.
+    ``space`` is the name of the space every
+    :class:`~threadline.delivery.subscribers.DeliveryContext` carries (``""`` while the object
+    does not know it); the :class:`~threadline.space.Space` sets it once it learns the name.
     """
 
     def __init__(
