@@ -1,4 +1,9 @@
-"""Storage: the port, its SQLite and Cloudflare adapters, the schema and the meter."""
+"""Storage: the one port every other package writes through, and what sits behind it.
+
+:class:`Storage` is the port (SQL statements, transactions, the alarm slot); ``SqliteStorage``
+serves it under CPython and ``CloudflareStorage`` over a Durable Object's ``ctx.storage``. The
+append-only migrations (:mod:`~threadline.storage.schema`) and the row meter live here too.
+"""
 
 from threadline.storage.meter import Meter, MeterReading
 from threadline.storage.port import Row, Rows, SqlValue, Storage, chunked

@@ -1,0 +1,169 @@
+"""The alarm-invariant checker: whether due work has an alarm that fires in time.
+
+:func:`alarm_invariant_problem` reads one object's storage and says what breaks the invariant,
+if anything; :class:`~threadline.testing.SimulatedObject` runs it after commits when asked to
+and raises :class:`AlarmInvariantError`. :class:`QuiescenceError` is raised when an object (or
+a runtime) never quiesces.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+
+from threadline.app import Application
+from threadline.maintenance import publication_lane
+from threadline.scheduling import (
+    DELAYED,
+    MESSAGES,
+    NATIVE,
+    PUBLICATION,
+    DueQueue,
+    read_state,
+)
+from threadline.scheduling.state import MaintenanceState
+from threadline.storage import SqliteStorage
+from threadline.threads import delayed, message_rows
+
+#: What the alarm invariant checks of each schedule: its next fire and its pending one.
+_SCHEDULE_FIRES = "SELECT id, next_fire, pending_fire FROM tl_schedules ORDER BY id"
+
+
+class QuiescenceError(AssertionError):
+    """The object kept its alarm set for more passes than allowed: it never quiesces."""
+
+
+class AlarmInvariantError(AssertionError):
+    """A commit left due work without an alarm that fires in time."""
+
+
+def alarm_invariant_problem(
+    storage: SqliteStorage, app: Application, now: int, *, holds: Mapping[str, int] | None = None
+) -> str | None:
+    """What breaks the alarm invariant in ``storage`` at ``now``, or None when it holds.
+
+    The invariant, outside a running alarm handler: if any lane is due, the alarm slot is set
+    no later than ``max(earliest due, now + min_delay)``; a generation not yet processed
+    has its native lane due; the delayed lane is due by the earliest delayed submission, the
+    messages lane by the earliest pending message, and
+    each schedule's lane by its next fire time (and its pending fire, if one is recorded). A
+    lane whose waves were charged without progress may wait out its retry floor (a backoff
+    or a parking) past those times, except a schedule's next fire, which nothing postpones
+    once a fire is recorded. ``holds`` are
+    the running incarnation's in-memory lane holds (:meth:`DueQueue.hold`, for a lane storage
+    refuses to back off): a held lane's earliest due is the end of its hold.
+    """
+    queue = DueQueue(storage, app.config, random.Random(0))
+    for lane_id, until in (holds or {}).items():
+        queue.hold(lane_id, until)
+    earliest = queue.next()
+    slot = storage.known_alarm()
+    if earliest is not None:
+        bound = max(earliest, now + app.config.min_alarm_delay_ms)
+        if slot is None or slot > bound:
+            return f"a lane is due at {earliest} but the alarm slot is {slot} (bound {bound})"
+    state = read_state(storage)
+    native = queue.get(NATIVE)
+    if state.processed < state.dirty and (native is None or native.due_at is None):
+        return (
+            f"generation {state.dirty} is not processed ({state.processed}) "
+            "but the native lane is idle"
+        )
+    waiting = delayed.next_due(storage)
+    if waiting is not None:
+        problem = _lane_late(queue, DELAYED, waiting,
+                             f"a delayed submission falls due at {waiting}")
+        if problem is not None:
+            return problem
+    message_due = message_rows.next_due(storage)
+    if message_due is not None:
+        # A wave that delivered some messages and was lost before the rest leaves its lane due
+        # at the crash fallback its progress set (within the backoff base of that progress).
+        problem = _lane_late(queue, MESSAGES, message_due, f"a message is due at {message_due}",
+                             lost_wave=now + app.config.alarm_backoff_base_ms)
+        if problem is not None:
+            return problem
+    problem = _subscribers_late(storage, app, queue, state)
+    if problem is not None:
+        return problem
+    for row in storage.exec(_SCHEDULE_FIRES):
+        schedule_id, next_fire = str(row["id"]), int(row["next_fire"])
+        pending = row["pending_fire"]
+        if pending is None:
+            problem = _lane_late(queue, schedule_id, next_fire,
+                                 f"schedule {schedule_id!r} fires next at {next_fire}")
+        else:
+            # A recorded fire is retried (after its backoff), but never past the next fire.
+            problem = _lane_late(queue, schedule_id, int(pending),
+                                 f"schedule {schedule_id!r} has its fire of {pending} pending",
+                                 fixed=next_fire)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _subscribers_late(
+    storage: SqliteStorage, app: Application, queue: DueQueue, state: MaintenanceState
+) -> str | None:
+    """Why a declared subscriber that is not parked, with records it wants past its cursor,
+    has no pass coming, or None: the publication lane is due (by its retry time after a
+    failure), or the native lane is for a generation not processed yet (whose pass delivers
+    too)."""
+    if not len(app.subscribers):
+        return None
+    if state.processed < state.dirty:
+        return None
+    for name, stored in publication_lane.read_rows(storage).items():
+        spec = app.subscribers.get(name)
+        if spec is None or stored.parked:
+            continue
+        kinds = {str(row["kind"]) for row in storage.exec(_KINDS_PAST, stored.cursor)}
+        if not any(spec.wants(kind) for kind in kinds):
+            continue
+        lane = queue.get(PUBLICATION)
+        if lane is None or lane.due_at is None:
+            return (f"subscriber {name!r} has records past its cursor but lane "
+                    f"{PUBLICATION!r} is idle")
+        if stored.retry_at is not None and lane.due_at > int(stored.retry_at):
+            return (f"subscriber {name!r} retries at {stored.retry_at} but lane "
+                    f"{PUBLICATION!r} is due at {lane.due_at}")
+    return None
+
+
+_KINDS_PAST = "SELECT DISTINCT kind FROM tl_history WHERE pos > ?"
+
+
+def _lane_late(
+    queue: DueQueue,
+    lane_id: str,
+    due: int,
+    what: str,
+    *,
+    fixed: int | None = None,
+    lost_wave: int | None = None,
+) -> str | None:
+    """Why ``lane_id`` is not due by ``due`` (and by ``fixed`` whatever its retries), or None.
+
+    A lane whose waves were charged without progress (``stalls``: one failed, overran or was
+    lost with the object) may wait out its retry floor (``not_before``: its backoff, or a
+    parking's hourly retry) past ``due``; a healthy one may not. A held lane (storage refused
+    to back it off) is not due before its hold ends anyway: only whether it is idle counts.
+    ``lost_wave`` bounds the crash fallback of a wave that progressed before it was lost: a
+    lane due by then is not late (its progress replenished it, so it shows no stall).
+    """
+    lane = queue.get(lane_id)
+    if lane is None or lane.due_at is None:
+        return f"{what} but lane {lane_id!r} is idle"
+    if queue.held_until(lane_id) is not None:
+        return None
+    bound = due if lane.stalls == 0 else max(due, lane.not_before)
+    if lost_wave is not None:
+        bound = max(bound, lost_wave)
+    if fixed is not None:
+        bound = min(bound, fixed)
+    if lane.due_at > bound:
+        return f"{what} but lane {lane_id!r} is due at {lane.due_at} (bound {bound}): {lane}"
+    return None
+
+
+__all__ = ["AlarmInvariantError", "QuiescenceError", "alarm_invariant_problem"]
