@@ -29,9 +29,10 @@ from threadline.maintenance.faults import (
 )
 from threadline.maintenance.host_lanes import epoch_ms, handler_for
 from threadline.maintenance.message_lane import MESSAGES_DISPATCH_TIMEOUT_MS, MessageDelivery
-from threadline.maintenance.publication_lane import Publication, subscribers_key
+from threadline.maintenance.publication_lane import Publication
 from threadline.maintenance.readout import MaintenanceReadout
 from threadline.maintenance.schedule_lanes import ScheduleRunner, lanes_key
+from threadline.maintenance.subscriber_cursors import subscribers_key
 from threadline.pause import Pause, no_pause
 from threadline.scheduling import (
     DELAYED,

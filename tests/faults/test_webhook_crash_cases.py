@@ -17,7 +17,7 @@ import threadline
 from threadline import Application, ManualClock, RuntimeConfig, Turn
 from threadline.delivery.outbound import OutboundResponse
 from threadline.errors import Evicted
-from threadline.maintenance.publication_lane import read_rows
+from threadline.maintenance.subscriber_cursors import read_rows
 from threadline.testing import SimulatedObject
 
 START = 1_700_000_000_000

@@ -1,13 +1,7 @@
 """The maintenance pass that one alarm event runs, and the lanes it serves (DESIGN §4)."""
 
-from threadline.maintenance.lanes import (
-    LaneHandler,
-    LaneRunner,
-    Wave,
-    WaveOutcome,
-    WaveResult,
-    current_wave,
-)
+from threadline.maintenance.lane_wave import Wave, current_wave
+from threadline.maintenance.lanes import LaneHandler, LaneRunner, WaveOutcome, WaveResult
 from threadline.maintenance.maintenance import Maintenance, MaintenanceParts
 from threadline.maintenance.report import PassPhase, PassReport, PassReports
 

@@ -23,7 +23,7 @@ admitted yet is still due when the lane's crash fallback brings it back.
 from __future__ import annotations
 
 from threadline.clock import Clock
-from threadline.maintenance.lanes import current_wave
+from threadline.maintenance.lane_wave import current_wave
 from threadline.scheduling.failpoints import Failpoints
 from threadline.threads.ledger import Ledger
 

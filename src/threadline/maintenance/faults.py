@@ -35,7 +35,7 @@ from typing import Any, Literal, cast
 
 from threadline.clock import Clock
 from threadline.errors import StorageError
-from threadline.maintenance.lanes import current_wave
+from threadline.maintenance.lane_wave import current_wave
 from threadline.scheduling import state
 from threadline.scheduling.due_queue import NATIVE, RECOVERY_EVENTS
 from threadline.scheduling.gate import MutationGate

@@ -31,13 +31,12 @@ from datetime import UTC, datetime, timedelta
 
 from threadline.clock import from_epoch_ms, to_epoch_ms
 from threadline.errors import SchedulingError
+from threadline.maintenance.lane_wave import Wave, current_wave
 from threadline.maintenance.lanes import (
     MAX_DISPATCH_TIMEOUT_MS,
     MIN_DISPATCH_TIMEOUT_MS,
     LaneHandler,
     LanePhase,
-    Wave,
-    current_wave,
 )
 from threadline.scheduling.due_queue import validate_host_lane_id
 from threadline.storage.port import Storage

@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable
 
 from threadline.clock import Clock
 from threadline.config import RuntimeConfig
-from threadline.maintenance.lanes import current_wave
+from threadline.maintenance.lane_wave import current_wave
 from threadline.scheduling import backoff_ms
 from threadline.storage.port import Storage
 from threadline.threads import history

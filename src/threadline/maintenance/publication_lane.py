@@ -39,9 +39,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -51,135 +51,36 @@ from threadline.config import RuntimeConfig
 from threadline.delivery.outbound import HttpPort
 from threadline.delivery.subscribers import DeliveryContext, Subscribers, SubscriberSpec
 from threadline.errors import DeliveryRefused, ThreadlineError
+from threadline.maintenance.subscriber_cursors import (
+    SKIP_PERSIST,
+    Batch,
+    SubscriberRow,
+    drop_row,
+    insert_row,
+    kinds_past,
+    last_position,
+    log_end,
+    mark_reported,
+    read_batch,
+    read_rows,
+    restart_row,
+    subscribers_key,
+    threads_past,
+    write_delivered,
+    write_failed,
+    write_parked,
+)
 from threadline.scheduling import NATIVE, PUBLICATION, DueQueue, backoff_ms
 from threadline.scheduling.failpoints import PUBLICATION_LOCATIONS, Failpoints
-from threadline.storage.port import Row, Storage
-from threadline.threads.model import decode_json, digest
-from threadline.threads.records import Record
+from threadline.storage.port import Storage
 
 _logger = logging.getLogger("threadline.maintenance")
 
 #: Batches one subscriber gets per round of a pass: the bound of a backfill wave.
 WAVE_BATCHES = 10
-#: Records stepped over (not wanted) before the cursor row is written for them alone.
-SKIP_PERSIST = 1_000
 #: Reached right before a batch's ``deliver`` is called, and after it returned (before its
 #: cursor is written).
 DELIVERING, DELIVERED = PUBLICATION_LOCATIONS
-
-_ALL = (
-    "SELECT name, version, cursor, state, failures, retry_at, delivered, delivered_at,"
-    " error_type, error, detail, failed_at, reported FROM tl_subscribers ORDER BY name"
-)
-_INSERT = (
-    "INSERT INTO tl_subscribers (name, version, cursor, state) VALUES (?, ?, ?, 'active')"
-)
-_RESTART = (
-    "UPDATE tl_subscribers SET version = ?, cursor = ?, state = 'active', failures = 0,"
-    " retry_at = NULL, delivered = 0, delivered_at = NULL, error_type = NULL, error = NULL,"
-    " detail = NULL, failed_at = NULL, reported = 0 WHERE name = ?"
-)
-_DROP = "DELETE FROM tl_subscribers WHERE name = ?"
-# Compare-and-set on the cursor the batch was read after: a batch is consumed once.
-_DELIVERED = (
-    "UPDATE tl_subscribers SET cursor = ?, failures = 0, retry_at = NULL, error_type = NULL,"
-    " error = NULL, failed_at = NULL, delivered = delivered + ?, delivered_at = ?"
-    " WHERE name = ? AND version = ? AND cursor = ?"
-)
-_FAILED = (
-    "UPDATE tl_subscribers SET failures = failures + 1, retry_at = ?, error_type = ?,"
-    " error = ?, failed_at = ? WHERE name = ? AND version = ?"
-)
-_PARKED = (
-    "UPDATE tl_subscribers SET state = 'parked', failures = failures + 1, retry_at = NULL,"
-    " error_type = ?, error = ?, detail = ?, failed_at = ?, reported = 0"
-    " WHERE name = ? AND version = ?"
-)
-_REPORTED = (
-    "UPDATE tl_subscribers SET reported = 1 WHERE name = ? AND state = 'parked'"
-    " AND reported = 0"
-)
-# The rowid's maximum is one seek at the end of the table.
-_LOG_END = "SELECT COALESCE(MAX(pos), 0) AS pos FROM tl_history"
-_PAGE = (
-    "SELECT pos, thread_id, seq, record_id, submission_id, kind, body_json, created_at"
-    " FROM tl_history WHERE pos > ? ORDER BY pos LIMIT ?"
-)
-# Threads with records past a cursor: read (never written) by the required gate.
-_THREADS_PAST = "SELECT DISTINCT thread_id, kind FROM tl_history WHERE pos > ?"
-# Within a Thread pos grows with seq: its last seq is its newest position.
-_LAST_OF_THREAD = (
-    "SELECT pos FROM tl_history WHERE thread_id = ? ORDER BY seq DESC LIMIT 1"
-)
-_THREAD_PAST = "SELECT DISTINCT kind FROM tl_history WHERE thread_id = ? AND pos > ?"
-
-
-@dataclass(frozen=True, slots=True)
-class SubscriberRow:
-    """One subscriber's durable state, as ``tl_subscribers`` holds it."""
-
-    name: str
-    version: int
-    cursor: int
-    state: str
-    failures: int = 0
-    retry_at: int | None = None
-    delivered: int = 0
-    delivered_at: int | None = None
-    error_type: str | None = None
-    error: str | None = None
-    detail: str | None = None
-    failed_at: int | None = None
-    reported: bool = False
-
-    @property
-    def parked(self) -> bool:
-        """Whether a refusal parked it."""
-        return self.state == "parked"
-
-
-def _row(row: Row) -> SubscriberRow:
-    return SubscriberRow(
-        name=str(row["name"]), version=int(row["version"]), cursor=int(row["cursor"]),
-        state=str(row["state"]), failures=int(row["failures"]), retry_at=row["retry_at"],
-        delivered=int(row["delivered"]), delivered_at=row["delivered_at"],
-        error_type=row["error_type"], error=row["error"], detail=row["detail"],
-        failed_at=row["failed_at"], reported=bool(row["reported"]),
-    )
-
-
-def subscribers_key(subscribers: Iterable[SubscriberSpec]) -> str:
-    """A stable digest of the declared subscribers' names, versions and starts: start-up
-    reads the cursor rows only when it differs from the last start's."""
-    parts = ["threadline-subscribers:v1"]
-    for spec in sorted(subscribers, key=lambda item: item.name):
-        parts.extend((spec.name, str(spec.version), spec.start))
-    return digest(*parts)
-
-
-def read_rows(storage: Storage) -> dict[str, SubscriberRow]:
-    """Every stored subscriber row, by name."""
-    return {str(row["name"]): _row(row) for row in storage.exec(_ALL)}
-
-
-def log_end(storage: Storage) -> int:
-    """The position of the newest record of the space's log (0: none)."""
-    return int(storage.exec(_LOG_END).one()["pos"])
-
-
-def _record(row: Row) -> Record:
-    return Record(
-        thread_id=str(row["thread_id"]), seq=int(row["seq"]), record_id=str(row["record_id"]),
-        submission_id=row["submission_id"], kind=str(row["kind"]),
-        body=decode_json(str(row["body_json"])), created_at=int(row["created_at"]),
-    )
-
-
-@dataclass
-class _Batch:
-    records: list[Record]
-    #: The position of the last record read (wanted or not): where the cursor goes.
-    through: int
 
 
 class Publication:
@@ -263,17 +164,17 @@ class Publication:
                 row = rows.get(spec.name)
                 if row is None:
                     cursor = 0 if spec.start == "beginning" else end
-                    self._storage.exec(_INSERT, spec.name, spec.version, cursor)
+                    insert_row(self._storage, spec.name, spec.version, cursor)
                     rows[spec.name] = SubscriberRow(spec.name, spec.version, cursor, "active")
                 elif row.version != spec.version:
-                    self._storage.exec(_RESTART, spec.version, 0, spec.name)
+                    restart_row(self._storage, spec.name, spec.version)
                     rows[spec.name] = SubscriberRow(spec.name, spec.version, 0, "active")
             woken = any(spec.required and rows[spec.name].cursor < end
                         and rows[spec.name] is not before.get(spec.name)
                         for spec in self._specs)
             removed = [row for name, row in sorted(rows.items()) if self._specs.get(name) is None]
             for row in removed:
-                self._storage.exec(_DROP, row.name)
+                drop_row(self._storage, row.name)
                 del rows[row.name]
             behind = any(not row.parked and row.cursor < end for row in rows.values())
             if behind:
@@ -334,9 +235,9 @@ class Publication:
             row = rows.get(spec.name)
             if row is None or self._position(row) >= end:
                 continue
-            for item in self._storage.exec(_THREADS_PAST, row.cursor):
-                if spec.wants(str(item["kind"])):
-                    held.setdefault(str(item["thread_id"]), spec.name)
+            for thread_id, kind in threads_past(self._storage, row.cursor):
+                if spec.wants(kind):
+                    held.setdefault(thread_id, spec.name)
         return held
 
     def gated_thread(self, thread_id: str) -> str | None:
@@ -345,18 +246,18 @@ class Publication:
         required = self.required
         if not required:
             return None
-        last = self._storage.exec(_LAST_OF_THREAD, thread_id).first()
+        last = last_position(self._storage, thread_id)
         if last is None:
             return None
         rows = self.rows()
         for spec in required:
             row = rows.get(spec.name)
-            if row is None or int(last["pos"]) <= self._position(row):
+            if row is None or last <= self._position(row):
                 continue
             if spec.kinds is None:
                 return spec.name
-            for item in self._storage.exec(_THREAD_PAST, thread_id, row.cursor):
-                if spec.wants(str(item["kind"])):
+            for kind in kinds_past(self._storage, thread_id, row.cursor):
+                if spec.wants(kind):
                     return spec.name
         return None
 
@@ -424,7 +325,7 @@ class Publication:
             row = self.rows().get(spec.name)
             if row is None or not self._ready(row, now):
                 break
-            batch = self._read_batch(spec, row)
+            batch = read_batch(self._storage, spec, self._position(row))
             if batch is None:
                 break
             if not batch.records:
@@ -438,30 +339,6 @@ class Publication:
             await self._clock.sleep_until(self._clock.now_ms())
         return delivered
 
-    def _read_batch(self, spec: SubscriberSpec, row: SubscriberRow) -> _Batch | None:
-        """The next records ``spec`` wants after its position, up to its batch; None when
-        nothing is left to read."""
-        after = self._position(row)
-        wanted: list[Record] = []
-        through = after
-        # Read pages until the batch is full or the log ends, stepping over at most
-        # SKIP_PERSIST unwanted records: the reads of one batch stay bounded.
-        while len(wanted) < spec.batch and through - after < SKIP_PERSIST:
-            rows = self._storage.exec(_PAGE, through, spec.batch).rows
-            if not rows:
-                break
-            for item in rows:
-                if len(wanted) == spec.batch:
-                    break
-                through = int(item["pos"])
-                if spec.wants(str(item["kind"])):
-                    wanted.append(_record(item))
-            if len(rows) < spec.batch:
-                break
-        if through == after:
-            return None
-        return _Batch(wanted, through)
-
     def _skip(self, spec: SubscriberSpec, row: SubscriberRow, through: int) -> None:
         """Step over records ``spec`` does not want: in memory, written with the next batch,
         or alone once SKIP_PERSIST records were stepped over."""
@@ -470,7 +347,7 @@ class Publication:
             self._commit(spec, row, through, 0)
 
     async def _deliver(
-        self, spec: SubscriberSpec, row: SubscriberRow, batch: _Batch, now: int
+        self, spec: SubscriberSpec, row: SubscriberRow, batch: Batch, now: int
     ) -> bool:
         """Deliver one batch; True when it was delivered and its cursor written."""
         ctx = DeliveryContext(space=self.space, subscriber=spec.name, env=self.env,
@@ -505,8 +382,9 @@ class Publication:
     def _commit(self, spec: SubscriberSpec, row: SubscriberRow, through: int, batches: int) -> bool:
         now = self._clock.now_ms()
         try:
-            changed = self._storage.transaction(lambda: self._storage.exec(
-                _DELIVERED, through, batches, now, spec.name, row.version, row.cursor).changed)
+            changed = self._storage.transaction(lambda: write_delivered(
+                self._storage, spec.name, row.version, row.cursor, through=through,
+                batches=batches, now=now))
         except ThreadlineError as exc:
             # Delivered, but not recorded: the batch goes again (at least once), after a
             # backoff so that a failing disk does not make it spin.
@@ -531,8 +409,9 @@ class Publication:
         # Should storage refuse it, the backoff is kept in memory: this incarnation backs the
         # subscriber off all the same.
         with suppress(ThreadlineError):
-            self._storage.transaction(lambda: self._storage.exec(
-                _FAILED, retry_at, type(error).__name__, message, now, spec.name, row.version))
+            self._storage.transaction(lambda: write_failed(
+                self._storage, spec.name, row.version, retry_at=retry_at,
+                error_type=type(error).__name__, error=message, now=now))
         self._store(replace(row, failures=row.failures + 1, retry_at=retry_at,
                             error_type=type(error).__name__, error=message, failed_at=now))
         return False
@@ -542,8 +421,9 @@ class Publication:
         message = str(refusal)[:500]
         detail = None if refusal.detail is None else str(refusal.detail)[:2_000]
         try:
-            self._storage.transaction(lambda: self._storage.exec(
-                _PARKED, type(refusal).__name__, message, detail, now, spec.name, row.version))
+            self._storage.transaction(lambda: write_parked(
+                self._storage, spec.name, row.version, error_type=type(refusal).__name__,
+                error=message, detail=detail, now=now))
         except ThreadlineError:
             return self._failed(spec, row, refusal)
         self._store(replace(row, state="parked", failures=row.failures + 1, retry_at=None,
@@ -551,9 +431,6 @@ class Publication:
                             failed_at=now, reported=False))
         self.report_parked()
         return False
-
-    def _mark_reported(self, name: str) -> int:
-        return self._storage.exec(_REPORTED, name).changed
 
     def _store(self, row: SubscriberRow) -> None:
         if self._rows is not None:
@@ -602,7 +479,7 @@ class Publication:
         held = self.gated()
         reported = 0
         for row in pending:
-            taken = self._storage.transaction(partial(self._mark_reported, row.name))
+            taken = self._storage.transaction(partial(mark_reported, self._storage, row.name))
             self._store(replace(row, reported=True))
             if taken != 1:
                 continue

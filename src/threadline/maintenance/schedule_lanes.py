@@ -55,7 +55,8 @@ from typing import Any
 from threadline.clock import Clock, from_epoch_ms
 from threadline.errors import InvalidSchedule, SchedulingError, ThreadlineError
 from threadline.maintenance.host_lanes import DEFAULT_DISPATCH_TIMEOUT, allowance_ms
-from threadline.maintenance.lanes import LaneHandler, Wave, current_wave
+from threadline.maintenance.lane_wave import Wave, current_wave
+from threadline.maintenance.lanes import LaneHandler
 from threadline.schedules import CronSchedule, EverySchedule, Schedule, fire_key
 from threadline.scheduling import AlarmService, DueQueue, Failpoints, LaneState
 from threadline.storage.port import Row, Storage

@@ -9,7 +9,7 @@ from typing import Any
 from threadline import Application, Record, Turn
 from threadline.clock import ManualClock
 from threadline.config import RuntimeConfig
-from threadline.maintenance.publication_lane import SubscriberRow, read_rows
+from threadline.maintenance.subscriber_cursors import SubscriberRow, read_rows
 from threadline.testing import SimulatedObject
 
 START = 1_700_000_000_000

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from host_lanes_support import CONFIG, START, at, clock, lane
 
 from threadline import Application, LaneContext
-from threadline.maintenance.lanes import current_wave
+from threadline.maintenance.lane_wave import current_wave
 from threadline.scheduling import LaneState
 from threadline.testing import SimulatedObject
 

@@ -12,7 +12,8 @@ from faults_support import CONFIG, Rig, build
 
 from threadline.clock import ManualClock
 from threadline.errors import Evicted, SchedulingError
-from threadline.maintenance.lanes import LaneRunner, WaveOutcome, WaveResult, current_wave
+from threadline.maintenance.lane_wave import current_wave
+from threadline.maintenance.lanes import LaneRunner, WaveOutcome, WaveResult
 from threadline.scheduling import LaneState
 from threadline.storage import SqliteStorage
 

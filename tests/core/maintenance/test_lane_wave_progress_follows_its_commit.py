@@ -17,7 +17,8 @@ import pytest
 from faults_support import CONFIG, Rig, build
 
 from threadline.clock import ManualClock
-from threadline.maintenance.lanes import LaneRunner, WaveOutcome, WaveResult, current_wave
+from threadline.maintenance.lane_wave import current_wave
+from threadline.maintenance.lanes import LaneRunner, WaveOutcome, WaveResult
 from threadline.scheduling import LaneState
 from threadline.storage import SqliteStorage
 

@@ -16,7 +16,8 @@ from threadline.clock import ManualClock
 from threadline.errors import SchedulingError
 from threadline.maintenance import PassPhase
 from threadline.maintenance.faults import RECOVERY_EVENTS_DISPATCH_TIMEOUT_MS, RecoveryEvent
-from threadline.maintenance.lanes import LaneRunner, WaveOutcome, current_wave
+from threadline.maintenance.lane_wave import current_wave
+from threadline.maintenance.lanes import LaneRunner, WaveOutcome
 from threadline.scheduling import AlarmDecision, read_state
 from threadline.storage import SqliteStorage
 from threadline.testing import SimulatedObject

@@ -1,0 +1,251 @@
+"""The durable side of subscriber delivery: the cursor rows and the log they point into.
+
+Each declared subscriber has one ``tl_subscribers`` row (:class:`SubscriberRow`): its cursor
+over ``tl_history``, its failures and its parking. This module holds every statement on those
+rows and the reads of the space's log past a cursor (:func:`read_batch`, the required gate's
+lookups); the delivery itself is :mod:`threadline.maintenance.publication_lane`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from threadline.delivery.subscribers import SubscriberSpec
+from threadline.storage.port import Row, Storage
+from threadline.threads.model import decode_json, digest
+from threadline.threads.records import Record
+
+#: Records stepped over (not wanted) before the cursor row is written for them alone.
+SKIP_PERSIST = 1_000
+
+_ALL = (
+    "SELECT name, version, cursor, state, failures, retry_at, delivered, delivered_at,"
+    " error_type, error, detail, failed_at, reported FROM tl_subscribers ORDER BY name"
+)
+_INSERT = (
+    "INSERT INTO tl_subscribers (name, version, cursor, state) VALUES (?, ?, ?, 'active')"
+)
+_RESTART = (
+    "UPDATE tl_subscribers SET version = ?, cursor = ?, state = 'active', failures = 0,"
+    " retry_at = NULL, delivered = 0, delivered_at = NULL, error_type = NULL, error = NULL,"
+    " detail = NULL, failed_at = NULL, reported = 0 WHERE name = ?"
+)
+_DROP = "DELETE FROM tl_subscribers WHERE name = ?"
+# Compare-and-set on the cursor the batch was read after: a batch is consumed once.
+_DELIVERED = (
+    "UPDATE tl_subscribers SET cursor = ?, failures = 0, retry_at = NULL, error_type = NULL,"
+    " error = NULL, failed_at = NULL, delivered = delivered + ?, delivered_at = ?"
+    " WHERE name = ? AND version = ? AND cursor = ?"
+)
+_FAILED = (
+    "UPDATE tl_subscribers SET failures = failures + 1, retry_at = ?, error_type = ?,"
+    " error = ?, failed_at = ? WHERE name = ? AND version = ?"
+)
+_PARKED = (
+    "UPDATE tl_subscribers SET state = 'parked', failures = failures + 1, retry_at = NULL,"
+    " error_type = ?, error = ?, detail = ?, failed_at = ?, reported = 0"
+    " WHERE name = ? AND version = ?"
+)
+_REPORTED = (
+    "UPDATE tl_subscribers SET reported = 1 WHERE name = ? AND state = 'parked'"
+    " AND reported = 0"
+)
+# The rowid's maximum is one seek at the end of the table.
+_LOG_END = "SELECT COALESCE(MAX(pos), 0) AS pos FROM tl_history"
+_PAGE = (
+    "SELECT pos, thread_id, seq, record_id, submission_id, kind, body_json, created_at"
+    " FROM tl_history WHERE pos > ? ORDER BY pos LIMIT ?"
+)
+# Threads with records past a cursor: read (never written) by the required gate.
+_THREADS_PAST = "SELECT DISTINCT thread_id, kind FROM tl_history WHERE pos > ?"
+# Within a Thread pos grows with seq: its last seq is its newest position.
+_LAST_OF_THREAD = (
+    "SELECT pos FROM tl_history WHERE thread_id = ? ORDER BY seq DESC LIMIT 1"
+)
+_THREAD_PAST = "SELECT DISTINCT kind FROM tl_history WHERE thread_id = ? AND pos > ?"
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriberRow:
+    """One subscriber's durable state, as ``tl_subscribers`` holds it."""
+
+    name: str
+    version: int
+    cursor: int
+    state: str
+    failures: int = 0
+    retry_at: int | None = None
+    delivered: int = 0
+    delivered_at: int | None = None
+    error_type: str | None = None
+    error: str | None = None
+    detail: str | None = None
+    failed_at: int | None = None
+    reported: bool = False
+
+    @property
+    def parked(self) -> bool:
+        """Whether a refusal parked it."""
+        return self.state == "parked"
+
+
+def _row(row: Row) -> SubscriberRow:
+    return SubscriberRow(
+        name=str(row["name"]), version=int(row["version"]), cursor=int(row["cursor"]),
+        state=str(row["state"]), failures=int(row["failures"]), retry_at=row["retry_at"],
+        delivered=int(row["delivered"]), delivered_at=row["delivered_at"],
+        error_type=row["error_type"], error=row["error"], detail=row["detail"],
+        failed_at=row["failed_at"], reported=bool(row["reported"]),
+    )
+
+
+def subscribers_key(subscribers: Iterable[SubscriberSpec]) -> str:
+    """A stable digest of the declared subscribers' names, versions and starts: start-up
+    reads the cursor rows only when it differs from the last start's."""
+    parts = ["threadline-subscribers:v1"]
+    for spec in sorted(subscribers, key=lambda item: item.name):
+        parts.extend((spec.name, str(spec.version), spec.start))
+    return digest(*parts)
+
+
+def read_rows(storage: Storage) -> dict[str, SubscriberRow]:
+    """Every stored subscriber row, by name."""
+    return {str(row["name"]): _row(row) for row in storage.exec(_ALL)}
+
+
+def log_end(storage: Storage) -> int:
+    """The position of the newest record of the space's log (0: none)."""
+    return int(storage.exec(_LOG_END).one()["pos"])
+
+
+# -- the cursor rows' writes ---------------------------------------------------------------
+
+
+def insert_row(storage: Storage, name: str, version: int, cursor: int) -> None:
+    """Write the row of a new subscriber, active at ``cursor``."""
+    storage.exec(_INSERT, name, version, cursor)
+
+
+def restart_row(storage: Storage, name: str, version: int) -> None:
+    """Start subscriber ``name`` over from the beginning at ``version``, failures cleared."""
+    storage.exec(_RESTART, version, 0, name)
+
+
+def drop_row(storage: Storage, name: str) -> None:
+    """Delete the row of subscriber ``name``."""
+    storage.exec(_DROP, name)
+
+
+def write_delivered(
+    storage: Storage, name: str, version: int, cursor: int, *, through: int, batches: int,
+    now: int,
+) -> int:
+    """Move the cursor from ``cursor`` (compare-and-set) to ``through``, counting ``batches``
+    delivered at ``now`` and clearing the failures; return the rows changed (1, or 0 when
+    someone else moved it)."""
+    return storage.exec(_DELIVERED, through, batches, now, name, version, cursor).changed
+
+
+def write_failed(
+    storage: Storage, name: str, version: int, *, retry_at: int, error_type: str, error: str,
+    now: int,
+) -> None:
+    """Count one more failure of subscriber ``name``, retried at ``retry_at``."""
+    storage.exec(_FAILED, retry_at, error_type, error, now, name, version)
+
+
+def write_parked(
+    storage: Storage, name: str, version: int, *, error_type: str, error: str,
+    detail: str | None, now: int,
+) -> None:
+    """Park subscriber ``name`` with its refusal, not reported yet."""
+    storage.exec(_PARKED, error_type, error, detail, now, name, version)
+
+
+def mark_reported(storage: Storage, name: str) -> int:
+    """Mark the parking of ``name`` reported; return 1 when this call took the report."""
+    return storage.exec(_REPORTED, name).changed
+
+
+# -- the log past a cursor -----------------------------------------------------------------
+
+
+def _record(row: Row) -> Record:
+    return Record(
+        thread_id=str(row["thread_id"]), seq=int(row["seq"]), record_id=str(row["record_id"]),
+        submission_id=row["submission_id"], kind=str(row["kind"]),
+        body=decode_json(str(row["body_json"])), created_at=int(row["created_at"]),
+    )
+
+
+@dataclass
+class Batch:
+    """The records a subscriber wants next, and how far reading them went."""
+
+    records: list[Record]
+    #: The position of the last record read (wanted or not): where the cursor goes.
+    through: int
+
+
+def read_batch(storage: Storage, spec: SubscriberSpec, after: int) -> Batch | None:
+    """The next records ``spec`` wants after position ``after``, up to its batch; None when
+    nothing is left to read."""
+    wanted: list[Record] = []
+    through = after
+    # Read pages until the batch is full or the log ends, stepping over at most
+    # SKIP_PERSIST unwanted records: the reads of one batch stay bounded.
+    while len(wanted) < spec.batch and through - after < SKIP_PERSIST:
+        rows = storage.exec(_PAGE, through, spec.batch).rows
+        if not rows:
+            break
+        for item in rows:
+            if len(wanted) == spec.batch:
+                break
+            through = int(item["pos"])
+            if spec.wants(str(item["kind"])):
+                wanted.append(_record(item))
+        if len(rows) < spec.batch:
+            break
+    if through == after:
+        return None
+    return Batch(wanted, through)
+
+
+def threads_past(storage: Storage, cursor: int) -> Iterator[tuple[str, str]]:
+    """The distinct ``(thread_id, kind)`` of the records past ``cursor``."""
+    for item in storage.exec(_THREADS_PAST, cursor):
+        yield str(item["thread_id"]), str(item["kind"])
+
+
+def last_position(storage: Storage, thread_id: str) -> int | None:
+    """The position of the newest record of ``thread_id`` (None: it has none)."""
+    last = storage.exec(_LAST_OF_THREAD, thread_id).first()
+    return None if last is None else int(last["pos"])
+
+
+def kinds_past(storage: Storage, thread_id: str, cursor: int) -> Iterator[str]:
+    """The distinct kinds of the records of ``thread_id`` past ``cursor``."""
+    for item in storage.exec(_THREAD_PAST, thread_id, cursor):
+        yield str(item["kind"])
+
+
+__all__ = [
+    "SKIP_PERSIST",
+    "Batch",
+    "SubscriberRow",
+    "drop_row",
+    "insert_row",
+    "kinds_past",
+    "last_position",
+    "log_end",
+    "mark_reported",
+    "read_batch",
+    "read_rows",
+    "restart_row",
+    "subscribers_key",
+    "threads_past",
+    "write_delivered",
+    "write_failed",
+    "write_parked",
+]
