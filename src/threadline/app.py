@@ -25,8 +25,9 @@ from threadline.errors import InvalidSchedule, SchedulingError
 from threadline.maintenance.host_lanes import DEFAULT_DISPATCH_TIMEOUT, HostLanes, LaneFn
 from threadline.maintenance.schedule_lanes import ScheduleFn, Schedules
 from threadline.schedules import DEFAULT_TZ, CronSchedule, EverySchedule, Schedule
-from threadline.threads.agents import AgentFn, AgentRegistry, binding_registry_key
+from threadline.threads.agents import AgentRegistry, binding_registry_key
 from threadline.threads.records import SUBMISSION_SETTLED, Record
+from threadline.threads.turn import AgentFn
 
 if TYPE_CHECKING:
     from threadline.maintenance.faults import RecoveryEventHook

@@ -9,7 +9,7 @@ import pytest
 
 from threadline.config import RuntimeConfig
 from threadline.maintenance.lanes import MAX_DISPATCH_TIMEOUT_MS, MIN_DISPATCH_TIMEOUT_MS
-from threadline.threads.ledger import MAX_ABORT_REASON_CHARS
+from threadline.threads.decisions import MAX_ABORT_REASON_CHARS
 from threadline.threads.model import ID_PATTERN, MAX_ERROR_MESSAGE_CHARS
 from threadline.threads.turn import KIND_PATTERN, MAX_SLEEP_SECONDS
 

@@ -13,16 +13,18 @@ import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from threadline.errors import BindingUnavailable
 from threadline.threads.model import digest
 
-if TYPE_CHECKING:
-    from threadline.threads.turn import Turn
-
-#: An agent: an async function of a Turn returning a JSON value.
-AgentFn = Callable[["Turn"], Awaitable[Any]]
+#: An agent as the registry keeps it: an async function of one argument, the Attempt's Turn,
+#: returning a JSON value. The argument is typed ``Any`` on purpose: threadline.threads.turn
+#: imports this module (through message admission and the agent choice, which check names
+#: against the registry), so naming the Turn here would close an import circle.
+#: :data:`threadline.threads.turn.AgentFn` is the precise type, the one the application's
+#: ``agent`` decorator takes and returns.
+_AgentFn = Callable[[Any], Awaitable[Any]]
 
 _NAME = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _VERSION = re.compile(r"[A-Za-z0-9._+-]{1,64}")
@@ -34,7 +36,7 @@ class AgentBinding:
 
     name: str
     version: str
-    fn: AgentFn
+    fn: _AgentFn
     #: The agent takes input submitted to its Thread while it runs (``turn.followups()``).
     join_followups: bool = False
 
@@ -46,7 +48,7 @@ class AgentRegistry:
         self._bindings: dict[str, AgentBinding] = {}
 
     def register(
-        self, name: str, fn: AgentFn, *, version: str = "1", join_followups: bool = False
+        self, name: str, fn: _AgentFn, *, version: str = "1", join_followups: bool = False
     ) -> AgentBinding:
         """Register ``fn`` as the agent ``name``; a second registration of a name is an error.
 
@@ -106,4 +108,4 @@ def binding_registry_key(registry: AgentRegistry) -> str:
     return digest(*parts)
 
 
-__all__ = ["AgentBinding", "AgentFn", "AgentRegistry", "binding_registry_key"]
+__all__ = ["AgentBinding", "AgentRegistry", "binding_registry_key"]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from threadline.config import RuntimeConfig
 from threadline.errors import BindingUnavailable, Conflict, ThreadlineError, ValidationFailed
 from threadline.storage.port import Row, Storage
-from threadline.threads import ledger, views
+from threadline.threads import agent_choice, ledger
 from threadline.threads.agents import AgentRegistry
 from threadline.threads.model import check_id, decode_json, digest, encode_json
 from threadline.threads.ports import MutationGate
@@ -270,13 +270,13 @@ def admit_inbound(
         if len(canonical.encode("utf-8")) > config.max_body_bytes:
             raise ValidationFailed(f"input is larger than {config.max_body_bytes} bytes",
                                    field="input")
-        prior = views.keyed_agent(storage, to_thread, key)
+        prior = agent_choice.keyed_agent(storage, to_thread, key)
         if prior is not None and agent in (None, prior):
             chosen = prior
         elif agent is not None and agent not in agents:
             raise BindingUnavailable(agent)
         else:
-            chosen = views.choose_agent(storage, agents, to_thread, agent)
+            chosen = agent_choice.choose_agent(storage, agents, to_thread, agent)
     except ThreadlineError as exc:
         return Refused(refusal(exc))
     input_digest = digest(chosen, canonical)

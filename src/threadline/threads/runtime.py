@@ -98,7 +98,8 @@ from threadline.threads.recovery import (
     park_unknown,
 )
 from threadline.threads.signals import AbortObserved, ControlSignal, LeaseLost, Suspend, YieldNow
-from threadline.threads.turn import PROPAGATES, Claim, Turn
+from threadline.threads.turn import Turn
+from threadline.threads.turn_base import PROPAGATES, Claim
 
 T = TypeVar("T")
 

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from threadline.errors import ValidationFailed
 from threadline.storage.port import Row, Storage
-from threadline.threads import delayed, message_rows
-from threadline.threads.agents import AgentRegistry
+from threadline.threads import message_rows
+from threadline.threads.agent_choice import choose_agent, keyed_agent, latest_agent
 from threadline.threads.ledger import work_item
 from threadline.threads.model import JsonValue, WorkItem, decode_json
 
@@ -42,8 +41,6 @@ _OPEN_PAGE = (
     " WHERE settled_at IS NULL AND dormant IN (0, 1)"
     " AND thread_id = ? ORDER BY seq LIMIT ?"
 )
-_KEYED_AGENT = "SELECT agent FROM tl_submissions WHERE thread_id = ? AND idempotency_key = ?"
-_LATEST_AGENT = "SELECT agent FROM tl_submissions WHERE thread_id = ? ORDER BY seq DESC LIMIT 1"
 _WAITS_OF = (
     "SELECT kind, wait_key, state, payload_json, decision_json, wake_at, created_at,"
     " resolved_at, decided_by FROM tl_waits WHERE submission_id = ? ORDER BY created_at, id"
@@ -52,45 +49,6 @@ _JOURNAL_OF = (
     "SELECT step_key, position, effect, state, attempt, started_at, finished_at"
     " FROM tl_journal WHERE submission_id = ? ORDER BY position, step_key"
 )
-
-
-def choose_agent(
-    storage: Storage,
-    agents: AgentRegistry,
-    thread: str,
-    named: str | None,
-    idempotency_key: str | None = None,
-) -> str:
-    """The agent a new submission to ``thread`` runs: the one named, else the Thread's last,
-    else the deployment's only one.
-
-    A replayed idempotency key keeps the agent of its first admission, so a replay that names
-    no agent (or the same one) is answered as a replay even if the Thread has moved on to
-    another agent, or this deployment no longer registers that one. Otherwise an agent this
-    deployment does not register is refused (:class:`ValidationFailed` on ``agent``):
-    admitting it would park the submission until some deployment registers that name, which
-    for a typo is never.
-    """
-    if idempotency_key is not None:
-        prior = keyed_agent(storage, thread, idempotency_key)
-        if prior is not None and named in (None, prior):
-            return prior
-    agent = named if named is not None else latest_agent(storage, thread)
-    registered = [binding.name for binding in agents]
-    if agent is None:
-        if len(registered) == 1:
-            return registered[0]
-        raise ValidationFailed(
-            "agent is required: this deployment registers "
-            + (", ".join(registered) if registered else "no agents"),
-            field="agent",
-        )
-    if agent not in agents:
-        raise ValidationFailed(
-            f"agent {agent!r} is not registered; registered: {', '.join(registered) or 'none'}",
-            field="agent",
-        )
-    return agent
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,22 +119,6 @@ def open_submissions(storage: Storage, thread_id: str, *, limit: int) -> list[Wo
     return [work_item(row) for row in storage.exec(_OPEN_PAGE, thread_id, limit)]
 
 
-def keyed_agent(storage: Storage, thread_id: str, idempotency_key: str) -> str | None:
-    """The agent of the Thread's submission made with ``idempotency_key`` (admitted or still
-    scheduled), if any."""
-    row = storage.exec(_KEYED_AGENT, thread_id, idempotency_key).first()
-    if row is not None:
-        return str(row["agent"])
-    waiting = delayed.by_key(storage, thread_id, idempotency_key)
-    return None if waiting is None else waiting.agent
-
-
-def latest_agent(storage: Storage, thread_id: str) -> str | None:
-    """The agent the Thread's newest submission named, or None for a new Thread."""
-    row = storage.exec(_LATEST_AGENT, thread_id).first()
-    return None if row is None else str(row["agent"])
-
-
 def waits_of(storage: Storage, submission_id: str) -> list[WaitRecord]:
     """Every wait the submission ever had, oldest first."""
     return [
@@ -217,6 +159,9 @@ def messages_of(storage: Storage, submission_id: str) -> list[message_rows.Messa
     return message_rows.of_submission(storage, submission_id)
 
 
+# The agent choice (threadline.threads.agent_choice) is re-exported: the API and the schedule
+# lanes read it with the views, while message admission and an Attempt's submit read it below
+# them.
 __all__ = [
     "JournalStep",
     "ThreadRecord",

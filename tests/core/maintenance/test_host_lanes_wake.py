@@ -21,7 +21,7 @@ from threadline.scheduling import LaneState
 from threadline.testing import SimulatedObject
 from threadline.threads.model import Outcome
 from threadline.threads.signals import LeaseLost
-from threadline.threads.turn import STEP_FINISHED, STEP_STARTED
+from threadline.threads.turn_base import STEP_FINISHED, STEP_STARTED
 
 HOUR = 3_600_000
 

@@ -1,0 +1,459 @@
+"""What every durable operation of a Turn stands on, and steps, the first of them.
+
+:class:`TurnBase` holds an Attempt's claim and fences every write with it, gives each call its
+journal key and position, checks the abort intent and the yield deadline at each boundary, and
+runs steps: journaled calls of the agent's functions, tried again in the Attempt as their
+:class:`RetryPolicy` says. :class:`~threadline.threads.turn.Turn` adds the other operations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable, Container, Set
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from threadline.clock import Clock
+from threadline.config import RuntimeConfig
+from threadline.errors import Evicted, NonRetryable, StorageValueTooLarge, ValidationFailed
+from threadline.storage.port import Storage
+from threadline.threads import journal
+from threadline.threads.abort_watch import AbortRead, AbortWatch
+from threadline.threads.model import (
+    JsonValue,
+    StepEffect,
+    StepState,
+    Submission,
+    SubmissionState,
+    check_id,
+    decode_json,
+    encode_json,
+    error_envelope,
+)
+from threadline.threads.ports import Failpoints, MutationGate, commit_fact
+from threadline.threads.signals import (
+    AbortObserved,
+    ControlSignal,
+    LeaseLost,
+    StepInFlight,
+    YieldNow,
+)
+
+T = TypeVar("T")
+
+_FENCE = "SELECT state, revision, lease_owner FROM tl_submissions WHERE id = ?"
+
+STEP_STARTED = "step:started"
+STEP_FINISHED = "step:finished"
+
+#: Bounds a RetryPolicy is checked against when it is built.
+MAX_STEP_TRIES = 100
+MAX_STEP_DELAY_MS = 3_600_000
+MAX_BACKOFF = 1_000.0
+
+#: What may leave an Attempt as it is: the runtime's signals, a (simulated) eviction, and the
+#: host cancelling or stopping the code. Anything else an agent raises fails the Attempt.
+PROPAGATES = (ControlSignal, Evicted, asyncio.CancelledError, KeyboardInterrupt, SystemExit)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How often a step's function is tried within one Attempt before the Attempt fails.
+
+    The default tries once: a failing step fails the Attempt, and the submission's own retry
+    policy (``RuntimeConfig.max_attempts`` with backoff) takes over. Exceptions of a type in
+    ``non_retryable`` (and :class:`~threadline.NonRetryable`) are never retried here.
+    """
+
+    max_attempts: int = 1
+    initial_delay_ms: int = 0
+    backoff: float = 2.0
+    max_delay_ms: int = 60_000
+    non_retryable: tuple[type[BaseException], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.max_attempts) or not 1 <= self.max_attempts <= MAX_STEP_TRIES:
+            raise ValueError(f"max_attempts must be an int from 1 to {MAX_STEP_TRIES}")
+        for name in ("initial_delay_ms", "max_delay_ms"):
+            delay = getattr(self, name)
+            if not _is_int(delay) or not 0 <= delay <= MAX_STEP_DELAY_MS:
+                raise ValueError(f"{name} must be an int from 0 to {MAX_STEP_DELAY_MS}")
+        if (
+            isinstance(self.backoff, bool)
+            or not isinstance(self.backoff, (int, float))
+            or not 1 <= self.backoff <= MAX_BACKOFF
+        ):
+            raise ValueError(f"backoff must be a number from 1 to {MAX_BACKOFF:g}")
+        if not isinstance(self.non_retryable, tuple) or not all(
+            isinstance(kind, type) and issubclass(kind, BaseException)
+            for kind in self.non_retryable
+        ):
+            raise ValueError("non_retryable must be a tuple of exception types")
+
+    def retries(self, exc: Exception, tried: int) -> bool:
+        """Whether a step that raised ``exc`` on try number ``tried`` is tried again."""
+        if tried >= self.max_attempts or isinstance(exc, NonRetryable):
+            return False
+        return not isinstance(exc, self.non_retryable)
+
+    def delay_ms(self, tried: int) -> int:
+        """The pause before try number ``tried + 1``: exponential, never above ``max_delay_ms``.
+
+        The growth is clamped as it is computed, so a large ``backoff`` cannot overflow.
+        """
+        delay = float(self.initial_delay_ms)
+        for _ in range(max(0, tried - 1)):
+            if delay >= self.max_delay_ms:
+                break
+            delay *= self.backoff
+        return int(min(delay, self.max_delay_ms))
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The claim an Attempt holds: the submission as claimed and the lease that fences it."""
+
+    submission: Submission
+    lease_owner: str
+    revision: int
+    #: What the Attempt last read of its abort intent (first: the claim's own UPDATE). None:
+    #: unknown, read at the first check.
+    abort: AbortRead | None = None
+
+    @property
+    def attempt(self) -> int:
+        """The Attempt's number, from 1: the submission's ``attempts`` once claimed (see
+        :attr:`Turn.attempt`)."""
+        return self.submission.attempts
+
+    @property
+    def charged(self) -> int:
+        """Attempts charged against ``max_attempts``, this one included: its number less the
+        Attempts before it lost without failing (:mod:`threadline.threads.losses`)."""
+        return self.submission.attempts - self.submission.losses
+
+
+class TurnBase:
+    """An Attempt's claim, journal and steps: the base of :class:`~threadline.threads.turn.Turn`."""
+
+    def __init__(
+        self,
+        claim: Claim,
+        *,
+        storage: Storage,
+        gate: MutationGate,
+        clock: Clock,
+        failpoints: Failpoints,
+        yield_after: int | None = None,
+        config: RuntimeConfig | None = None,
+        deadline: int | None = None,
+        host_lanes: Set[str] = frozenset(),
+        agents: Container[str] = frozenset(),
+        join_followups: bool = False,
+        aborts: AbortWatch | None = None,
+    ) -> None:
+        self._claim = claim
+        # Aborts this incarnation requested: a check reads the intent only when one was.
+        self._aborts = aborts if aborts is not None else AbortWatch()
+        self._abort = claim.abort if claim.abort is not None else AbortRead(-1, False)
+        self._storage = storage
+        self._gate = gate
+        self._clock = clock
+        self._failpoints = failpoints
+        self._yield_after = yield_after
+        self._config = config if config is not None else RuntimeConfig()
+        # The Attempt's wall bound (epoch ms): in-step retries never plan to sleep past it.
+        self._deadline = deadline
+        self._host_lanes = host_lanes
+        # The agents this deployment registers: what ``submit`` may name.
+        self._agents = agents
+        # The agent was registered with ``join_followups=True``: it may call followups().
+        self._join_followups = join_followups
+        self._seen: dict[str, int] = {}
+        self._position = 0
+        # Uncertain steps this Attempt journaled as started and not yet as finished or failed.
+        self._unsettled: set[str] = set()
+        self._revoked = False
+        # The ids of the submission's records in the log (see _logged), read at the first emit.
+        self._records: set[str] | None = None
+
+    @property
+    def input(self) -> JsonValue:
+        """The submission's input, as admitted."""
+        return self._claim.submission.input
+
+    @property
+    def submission_id(self) -> str:
+        """The submission this Attempt runs."""
+        return self._claim.submission.id
+
+    @property
+    def thread_id(self) -> str:
+        """The Thread the submission belongs to."""
+        return self._claim.submission.thread_id
+
+    @property
+    def attempt(self) -> int:
+        """This Attempt's number, from 1: one more than the Attempts of the submission before
+        it that failed, were lost or left an Unknown Outcome.
+
+        An Attempt that suspends (an approval, a timer) or yields gives its number back: the
+        Attempt that resumes after it has the same number. So this counts tries of the work,
+        not runs of the agent: an agent that waits three times and never fails runs four
+        times, each with ``attempt == 1``.
+        """
+        return self._claim.attempt
+
+    @property
+    def aborted(self) -> bool:
+        """True once an abort of this submission was accepted.
+
+        Read from storage, unless no abort at all was requested in this object since the last
+        read (:mod:`threadline.threads.abort_watch`).
+        """
+        return self._aborts.accepted(self._storage, self.submission_id, self._abort)
+
+    @property
+    def has_step_in_flight(self) -> bool:
+        """True while an uncertain step this Attempt started has no journaled end.
+
+        Kept in memory: a claimed submission never starts with such a step (every end of an
+        Attempt and every recovery resolves it first), so only this Attempt can have one.
+        """
+        return bool(self._unsettled)
+
+    def revoke(self) -> None:
+        """End this Turn: every later boundary and write raises ``LeaseLost``.
+
+        The runtime revokes a Turn when its Attempt ends, so code of the agent that outlives
+        the Attempt (a task that ignored a cancellation, one it spawned) starts no step and
+        commits nothing, even while the claim it held is still running for recovery to find.
+        """
+        self._revoked = True
+
+    # -- steps -------------------------------------------------------------------------------
+
+    async def step(
+        self,
+        name: str,
+        fn: Callable[[], Any],
+        *,
+        effect: StepEffect | str = StepEffect.IDEMPOTENT,
+        retry: RetryPolicy | None = None,
+    ) -> JsonValue:
+        """Run ``fn`` (sync or async) once, journal its JSON result, and return it.
+
+        On replay a finished step returns its journaled value without calling ``fn``. The value
+        is returned as decoded from its JSON, on the first run too, so both runs see the same
+        thing. With ``effect="uncertain"`` a crash while ``fn`` runs makes the submission an
+        Unknown Outcome for an operator to resolve, instead of calling ``fn`` again; so does
+        any other end of the Attempt while it is in flight (its result failed to be journaled,
+        the Attempt timed out). ``name`` is an identifier (``[A-Za-z0-9._:-]{1,128}``, not
+        ``.`` or ``..``); calling a name again within one Attempt journals a further
+        occurrence of it. A bad name, effect or policy raises ``ValidationFailed``, and a value
+        over ``max_value_bytes`` or nested deeper than ``max_json_depth`` raises
+        ``NonRetryable``: either fails the Attempt for good.
+        """
+        # A bad name, effect or policy is a programming error: retrying cannot fix it.
+        effect = checked(lambda: StepEffect(effect), "effect must be idempotent or uncertain")
+        # The occurrence suffix ("#2") cannot appear in a name, so no name aliases another
+        # step's later occurrence and reads its journal entry.
+        checked(lambda: check_id(name, field="step"))
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise ValidationFailed("retry must be a RetryPolicy", field="retry")
+        key = self._key(f"step:{name}")
+        position = self._next_position()
+        entry = journal.read_entry(self._storage, self.submission_id, key)
+        if entry is not None and entry.state is StepState.FINISHED:
+            return entry.value
+        if (entry is not None and entry.state is StepState.STARTED
+                and entry.effect is StepEffect.UNCERTAIN):
+            # Every end of an Attempt resolves such an entry, so only a row written before
+            # that rule (or by hand) gets here: never run it a second time.
+            raise StepInFlight(self.submission_id)
+        await self._boundary()
+        if effect is StepEffect.UNCERTAIN:
+            self._write(lambda: self._journal(key, position, effect, StepState.STARTED))
+            self._unsettled.add(key)
+        await self._failpoints.reached(STEP_STARTED)
+        value = await self._run(fn, key, position, effect, retry or RetryPolicy())
+        try:
+            value_json = self._encode(value, field=f"step {name!r} value")
+        except ValidationFailed as exc:
+            failure = NonRetryable(exc.message)
+            if effect is StepEffect.UNCERTAIN:
+                # It returned, so it is no longer in flight, even though its value is lost.
+                self._record_failure(key, position, effect, failure)
+            raise failure from exc
+        # If this write fails the step stays in flight: an uncertain one then becomes an
+        # Unknown Outcome (the runtime sees its `started` entry), never a second run. Only
+        # storage refusing the value as too large is final, like the configured limit above.
+        try:
+            self._write(lambda: self._journal(
+                key, position, effect, StepState.FINISHED, value_json=value_json))
+            self._unsettled.discard(key)
+        except NonRetryable as refused:
+            if effect is StepEffect.UNCERTAIN:
+                self._record_failure(key, position, effect, refused)
+            raise
+        await self._failpoints.reached(STEP_FINISHED)
+        return decode_json(value_json)
+
+    async def _run(
+        self,
+        fn: Callable[[], Any],
+        key: str,
+        position: int,
+        effect: StepEffect,
+        policy: RetryPolicy,
+    ) -> Any:
+        """Call ``fn`` until it returns or ``policy`` stops retrying it.
+
+        Before each retry the abort intent is read again, and a pause that would end past the
+        Attempt's wall bound is not started: the step fails with its last error instead.
+        """
+        tried = 0
+        while True:
+            tried += 1
+            try:
+                value = fn()
+                if inspect.isawaitable(value):
+                    value = await value
+                return value
+            except Exception as exc:
+                retrying = policy.retries(exc, tried)
+                if retrying:
+                    wake = self._clock.now_ms() + policy.delay_ms(tried)
+                    in_time = self._deadline is None or wake < self._deadline
+                    retrying = in_time and not self.aborted
+                    if retrying:
+                        await self._clock.sleep_until(wake)
+                        retrying = not self.aborted
+                if retrying:
+                    continue
+                if effect is StepEffect.UNCERTAIN:
+                    # It returned control, so it is no longer in flight: not Unknown.
+                    self._record_failure(key, position, effect, exc)
+                if self.aborted:
+                    raise AbortObserved(self.submission_id) from exc
+                raise
+            except BaseException as exc:
+                # A foreign BaseException also means the function returned control; a signal,
+                # an eviction or a cancellation leaves it in flight.
+                if effect is StepEffect.UNCERTAIN and not isinstance(exc, PROPAGATES):
+                    self._record_failure(key, position, effect, exc)
+                raise
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _key(self, base: str) -> str:
+        count = self._seen.get(base, 0) + 1
+        self._seen[base] = count
+        return base if count == 1 else f"{base}#{count}"
+
+    def _next_position(self) -> int:
+        self._position += 1
+        return self._position
+
+    async def _boundary(self) -> None:
+        """Before new durable work: observe an accepted abort and the yield deadline."""
+        if self._revoked:
+            raise LeaseLost(self.submission_id)
+        if self.aborted:
+            raise AbortObserved(self.submission_id)
+        if self._yield_after is not None and self._clock.now_ms() >= self._yield_after:
+            raise YieldNow(self.submission_id)
+
+    def _encode(self, value: JsonValue, *, field: str) -> str:
+        return encode_json(value, field=field, max_depth=self._config.max_json_depth,
+                           max_bytes=self._config.max_value_bytes)
+
+    def _encode_or_fail(self, value: JsonValue, *, field: str) -> str:
+        """``value`` as JSON within the configured limits; a value outside them raises
+        ``ValidationFailed`` (``ValueTooLarge``), which fails the Attempt for good: running
+        the agent again would produce it again."""
+        return self._encode(value, field=field)
+
+    def _record_failure(
+        self, key: str, position: int, effect: StepEffect, exc: BaseException
+    ) -> None:
+        error_json = encode_json(error_envelope(exc, attempt=self.attempt))
+        self._write(lambda: self._journal(
+            key, position, effect, StepState.FAILED, error_json=error_json))
+        self._unsettled.discard(key)
+
+    def _journal(
+        self,
+        key: str,
+        position: int,
+        effect: StepEffect,
+        state: StepState,
+        *,
+        value_json: str | None = None,
+        error_json: str | None = None,
+    ) -> None:
+        journal.record(
+            self._storage, self.submission_id, key, position=position, effect=effect,
+            state=state, attempt=self.attempt, now=self._clock.now_ms(),
+            value_json=value_json, error_json=error_json,
+        )
+
+    def _write(self, fn: Callable[[], object], *, lanes: tuple[str, ...] = ()) -> None:
+        """Commit ``fn`` through the gate, fenced by this Attempt's claim."""
+
+        if self._revoked:
+            raise LeaseLost(self.submission_id)
+
+        def fenced() -> None:
+            row = self._storage.exec(_FENCE, self.submission_id).first()
+            if (
+                row is None
+                or row["state"] != SubmissionState.RUNNING.value
+                or int(row["revision"]) != self._claim.revision
+                or row["lease_owner"] != self._claim.lease_owner
+            ):
+                raise LeaseLost(self.submission_id)
+            fn()
+
+        # Journal writes add no work for anyone else (the claim's lease deadline already stands
+        # on the native lane); records and messages are new facts for their lanes.
+        try:
+            if lanes:
+                commit_fact(self._gate, fenced, lanes)
+            else:
+                self._gate.mutate(fenced, invalidates_recovery=False)
+        except StorageValueTooLarge as exc:
+            # The same write would be refused again: running the agent again cannot help.
+            raise NonRetryable(f"storage refused a value as too large: {exc.message}") from exc
+
+
+def checked(check: Callable[[], T], message: str | None = None) -> T:
+    """Run a check of an agent's argument; a refusal raises ``ValidationFailed``.
+
+    The runtime fails the Attempt for good on it: the same call would be refused again.
+    """
+    try:
+        return check()
+    except ValidationFailed:
+        raise
+    except ValueError as exc:
+        raise ValidationFailed(message or str(exc)) from exc
+
+
+__all__ = [
+    "MAX_BACKOFF",
+    "MAX_STEP_DELAY_MS",
+    "MAX_STEP_TRIES",
+    "PROPAGATES",
+    "STEP_FINISHED",
+    "STEP_STARTED",
+    "Claim",
+    "RetryPolicy",
+    "TurnBase",
+    "checked",
+]
