@@ -32,8 +32,9 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     """The modules of the package that ``name`` imports when it is loaded.
 
     ``from pkg import sub`` counts as importing ``pkg.sub`` when ``sub`` is a module, and as
-    importing ``pkg`` (its ``__init__``) otherwise. Imports under ``if TYPE_CHECKING:`` are
-    skipped: they never run.
+    importing ``pkg`` (its ``__init__``) otherwise. Imports under ``if TYPE_CHECKING:`` and
+    inside functions count too: a circle that only type checkers or late imports walk is still
+    a circle a reader has to untangle.
     """
     is_package = path.name == "__init__.py"
     package = name if is_package else name.rpartition(".")[0]
@@ -42,10 +43,6 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _is_type_checking(child.test):
-                for other in child.orelse:
-                    visit(other)
-                continue
             if isinstance(child, ast.Import):
                 found.update(alias.name for alias in child.names if alias.name in modules)
             elif isinstance(child, ast.ImportFrom):
@@ -61,12 +58,6 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     visit(tree)
     found.discard(name)
     return found
-
-
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
 
 
 def _resolve(node: ast.ImportFrom, package: str) -> str:

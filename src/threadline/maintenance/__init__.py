@@ -2,7 +2,7 @@
 
 from threadline.maintenance.lane_wave import Wave, current_wave
 from threadline.maintenance.lanes import LaneHandler, LaneRunner, WaveOutcome, WaveResult
-from threadline.maintenance.maintenance import Maintenance, MaintenanceParts
+from threadline.maintenance.maintenance_pass import Maintenance, MaintenanceParts
 from threadline.maintenance.report import PassPhase, PassReport, PassReports
 
 __all__ = [

@@ -16,7 +16,7 @@ from threadline.config import RuntimeConfig
 from threadline.errors import StorageError
 from threadline.ids import RandomIds
 from threadline.maintenance import PassPhase
-from threadline.maintenance.maintenance import BEGIN_AFTER, CHECKPOINT_BEFORE, FINISH_BEFORE
+from threadline.maintenance.pass_state import BEGIN_AFTER, CHECKPOINT_BEFORE, FINISH_BEFORE
 from threadline.scheduling import NATIVE, NativeRetry, read_state
 from threadline.scheduling import state as gen
 from threadline.space import Space

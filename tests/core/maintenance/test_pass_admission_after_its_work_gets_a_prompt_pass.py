@@ -9,7 +9,7 @@ import pytest
 from pass_support import CONFIG, Obj, echo_app, run
 
 from threadline.clock import ManualClock
-from threadline.maintenance.maintenance import CHECKPOINT_AFTER, FINISH_AFTER, FINISH_BEFORE
+from threadline.maintenance.pass_state import CHECKPOINT_AFTER, FINISH_AFTER, FINISH_BEFORE
 from threadline.scheduling import AlarmDecision
 from threadline.storage import SqliteStorage
 from threadline.threads.model import Submission, SubmissionState

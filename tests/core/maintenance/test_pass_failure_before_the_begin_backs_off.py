@@ -16,7 +16,7 @@ from pass_support import CONFIG, Obj, echo_app, run
 from threadline.clock import ManualClock
 from threadline.errors import StorageError
 from threadline.maintenance import PassPhase
-from threadline.maintenance.maintenance import BEGIN_BEFORE, FINISH_BEFORE
+from threadline.maintenance.pass_state import BEGIN_BEFORE, FINISH_BEFORE
 from threadline.scheduling import NATIVE, read_state
 from threadline.storage import SqliteStorage
 from threadline.testing import SimulatedObject

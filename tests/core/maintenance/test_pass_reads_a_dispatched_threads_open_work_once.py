@@ -9,7 +9,7 @@ from typing import Any
 from pass_support import Obj, echo_app, run
 
 from threadline.clock import ManualClock
-from threadline.maintenance.maintenance import SELECT_BEFORE
+from threadline.maintenance.pass_state import SELECT_BEFORE
 from threadline.storage import SqliteStorage
 from threadline.threads.model import Outcome
 
