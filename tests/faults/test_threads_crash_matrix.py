@@ -57,6 +57,16 @@ def test_the_matrix_covers_every_runtime_failpoint() -> None:
     assert set(PASSES) == set(RUNTIME_LOCATIONS)
 
 
+def test_the_agent_passes_each_failpoint_as_often_as_declared(
+    storage: SqliteStorage, clock: ManualClock, effects: Effects,
+) -> None:
+    h = ThreadHarness(storage, clock, lambda: build(effects))
+    h.admit("t", 1, agent="flow")
+    h.admit("t", 2, agent="flow")
+    asyncio.run(h.runtime.process_thread_head("t"))
+    assert {location: h.failpoints.hits(location) for location in PASSES} == PASSES
+
+
 @pytest.mark.parametrize(("location", "after"), CASES)
 def test_crash_evict_recover(
     storage: SqliteStorage, clock: ManualClock, effects: Effects, settlements: SettlementLog,
