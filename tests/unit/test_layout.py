@@ -136,3 +136,48 @@ def test_no_module_is_too_long_to_read_in_one_sitting() -> None:
         and (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
     assert too_long == {}
+
+
+FOUNDATIONS = {"abandonment", "clock", "config", "errors", "ids", "pause"}
+
+#: What each part of the package may import besides itself (docs/architecture.md says why).
+MAY_IMPORT: dict[str, set[str]] = {
+    **{name: FOUNDATIONS for name in FOUNDATIONS},
+    "storage": FOUNDATIONS,
+    "scheduling": FOUNDATIONS | {"storage"},
+    "threads": FOUNDATIONS | {"scheduling", "storage"},
+    "delivery": FOUNDATIONS | {"threads"},
+    "access": FOUNDATIONS | {"threads"},
+    "schedules": FOUNDATIONS | {"scheduling"},
+    "maintenance": FOUNDATIONS | {"delivery", "schedules", "scheduling", "storage", "threads"},
+    "api": FOUNDATIONS | {"access", "scheduling", "storage", "threads"},
+    "client": {"api", "errors"},
+}
+
+
+def part_of(module: str) -> str:
+    """``threadline.maintenance.lanes`` -> ``maintenance``; the package root is ``threadline``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "threadline"
+
+
+def test_packages_import_only_downward() -> None:
+    reaching_up = sorted(
+        f"{name} -> {target}"
+        for name, targets in import_graph().items()
+        for target in targets
+        if part_of(name) in MAY_IMPORT
+        and part_of(target) != part_of(name)
+        and part_of(target) not in MAY_IMPORT[part_of(name)]
+    )
+    assert reaching_up == []
+
+
+def test_nothing_below_the_object_imports_the_test_kit_or_the_client() -> None:
+    importers = sorted(
+        f"{name} -> {target}"
+        for name, targets in import_graph().items()
+        for target in targets
+        if part_of(target) in {"testing", "client"} and part_of(name) != part_of(target)
+    )
+    assert importers == []
