@@ -37,7 +37,7 @@ from threadline.ids import IdSource, RandomIds, SequentialIds
 from threadline.maintenance import PassReport
 from threadline.maintenance.faults import Fault, RecoveryEvent
 from threadline.maintenance.host_lanes import LaneContext, LanePhase
-from threadline.maintenance.schedule_lanes import ScheduleContext
+from threadline.maintenance.schedule_context import ScheduleContext
 from threadline.schedules import CronSchedule, EverySchedule
 from threadline.space import Space
 from threadline.storage import SqliteStorage, Storage

@@ -23,7 +23,8 @@ from threadline.delivery.subscribers import (
 from threadline.delivery.webhooks import webhook_spec
 from threadline.errors import InvalidSchedule, SchedulingError
 from threadline.maintenance.host_lanes import DEFAULT_DISPATCH_TIMEOUT, HostLanes, LaneFn
-from threadline.maintenance.schedule_lanes import ScheduleFn, Schedules
+from threadline.maintenance.schedule_context import ScheduleFn
+from threadline.maintenance.schedule_lanes import Schedules
 from threadline.schedules import DEFAULT_TZ, CronSchedule, EverySchedule, Schedule
 from threadline.threads.agents import AgentRegistry, binding_registry_key
 from threadline.threads.records import SUBMISSION_SETTLED, Record

@@ -28,7 +28,7 @@ from threadline.api.models import (
 from threadline.api.problems import InvalidHeader
 from threadline.api.views import submission_detail, submission_view
 from threadline.errors import Conflict, NotFound, ValidationFailed
-from threadline.threads import views
+from threadline.threads import agent_choice
 from threadline.threads.model import (
     SCHEDULED,
     ScheduledSubmission,
@@ -78,7 +78,8 @@ async def submit(ctx: ApiContext, request: Request, params: dict[str, str]) -> R
     thread = params["thread"]
     subject = request_subject(request)
     body = read_body(request, SubmitRequest)
-    agent = views.choose_agent(ctx.storage, ctx.agents, thread, body.agent, body.idempotency_key)
+    agent = agent_choice.choose_agent(ctx.storage, ctx.agents, thread, body.agent,
+                                      body.idempotency_key)
     admission = ctx.ledger.admit(thread, agent, body.input, body.idempotency_key,
                                  not_before=body.due_ms, subject=subject)
     view = submission_view(admission.submission)

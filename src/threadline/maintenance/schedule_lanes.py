@@ -47,9 +47,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta, tzinfo
+from datetime import timedelta
 from typing import Any
 
 from threadline.clock import Clock, from_epoch_ms
@@ -57,13 +57,13 @@ from threadline.errors import InvalidSchedule, SchedulingError, ThreadlineError
 from threadline.maintenance.host_lanes import DEFAULT_DISPATCH_TIMEOUT, allowance_ms
 from threadline.maintenance.lane_wave import Wave, current_wave
 from threadline.maintenance.lanes import LaneHandler
-from threadline.schedules import CronSchedule, EverySchedule, Schedule, fire_key
+from threadline.maintenance.schedule_context import ScheduleContext, ScheduleFn
+from threadline.schedules import CronSchedule, EverySchedule, Schedule
 from threadline.scheduling import AlarmService, DueQueue, Failpoints, LaneState
 from threadline.storage.port import Row, Storage
-from threadline.threads import views
 from threadline.threads.agents import AgentRegistry
 from threadline.threads.ledger import Ledger
-from threadline.threads.model import MAX_ERROR_MESSAGE_CHARS, JsonValue, digest
+from threadline.threads.model import MAX_ERROR_MESSAGE_CHARS, digest
 
 _logger = logging.getLogger("threadline.maintenance")
 
@@ -104,95 +104,6 @@ UPDATE tl_schedules SET failures = failures + 1, last_error_type = ?, last_error
     last_failed_at = ?, last_failed_fire = ?
 WHERE id = ? AND pending_fire = ?
 """
-
-#: What a schedule's function may be: ``fn(ctx)``, sync or async; its result is ignored.
-ScheduleFn = Callable[["ScheduleContext"], Awaitable[object] | object]
-
-
-class ScheduleContext:
-    """What a schedule's function gets for one run: the fire it serves and a way to submit.
-
-    ``fire_time`` is the scheduled time of this fire (not now): an aware datetime in the
-    schedule's time zone (UTC for an ``every`` schedule). It is the same in every run of the
-    fire (one lost with the object, or retried after a failure), as are the default keys of
-    :meth:`submit`, so a fire admits each of its submissions once. ``now`` is when this run
-    started and ``deadline`` when its allowance ends (aware UTC datetimes from the object's
-    clock).
-    """
-
-    __slots__ = ("_agents", "_ledger", "_storage", "_submitted", "_wave", "deadline",
-                 "fire_ms", "fire_time", "now", "schedule", "schedule_id")
-
-    def __init__(
-        self,
-        schedule: Schedule,
-        fire_ms: int,
-        now: datetime,
-        deadline: datetime,
-        *,
-        storage: Storage,
-        ledger: Ledger,
-        agents: AgentRegistry,
-        wave: Wave,
-    ) -> None:
-        #: The schedule's id.
-        self.schedule_id = schedule.id
-        #: The declaration: an :class:`~threadline.schedules.EverySchedule` or a
-        #: :class:`~threadline.schedules.CronSchedule`.
-        self.schedule = schedule
-        #: The fire time in epoch milliseconds.
-        self.fire_ms = fire_ms
-        #: The fire time, aware, in the schedule's time zone.
-        self.fire_time = from_epoch_ms(fire_ms).astimezone(_zone(schedule))
-        #: When this run started (aware, UTC).
-        self.now = now
-        #: When this run's allowance ends (aware, UTC); past it the function is cancelled.
-        self.deadline = deadline
-        self._storage = storage
-        self._ledger = ledger
-        self._agents = agents
-        self._wave = wave
-        self._submitted = 0
-
-    async def submit(
-        self,
-        thread: str,
-        input: JsonValue,
-        agent: str | None = None,
-        key: str | None = None,
-    ) -> str:
-        """Admit ``input`` to ``thread`` of this space, at most once per fire; return its id.
-
-        ``agent`` is chosen as the HTTP API chooses it: the one named, else the Thread's
-        latest, else the only one registered. ``key`` is the idempotency key; without one,
-        the ``n``-th submission of the run (from 0) gets
-        :func:`~threadline.schedules.fire_key` of the schedule, the fire time and ``n``, so a
-        run of the same fire (after a crash or a failure) admits nothing twice, provided it
-        submits the same input in the same order: derive the input from ``ctx.fire_time``,
-        never from the clock. A key used before with other input raises
-        :class:`~threadline.Conflict`; ids and input are checked like the API's
-        (:class:`~threadline.ValidationFailed`). Raises
-        :class:`~threadline.SchedulingError` once the run has ended (it outran its allowance
-        and was abandoned): nothing it submits then counts.
-        """
-        ordinal = self._submitted
-        self._submitted += 1
-        if self._wave.ended:
-            raise SchedulingError(
-                f"the run of schedule {self.schedule_id!r} has ended: it submits nothing more")
-        if key is None:
-            key = fire_key(self.schedule_id, self.fire_ms, ordinal)
-        chosen = views.choose_agent(self._storage, self._agents, thread, agent, key)
-        return self._ledger.admit(thread, chosen, input, key).submission.id
-
-    def __repr__(self) -> str:
-        return (f"ScheduleContext(schedule_id={self.schedule_id!r}, "
-                f"fire_time={self.fire_time.isoformat()})")
-
-
-def _zone(schedule: Schedule) -> tzinfo:
-    return schedule.zone if isinstance(schedule, CronSchedule) else UTC
-
 
 @dataclass(frozen=True, slots=True)
 class DeclaredSchedule:

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 from threadline.storage.port import Row, Storage
 from threadline.threads import message_rows
-from threadline.threads.agent_choice import choose_agent, keyed_agent, latest_agent
 from threadline.threads.ledger import work_item
 from threadline.threads.model import JsonValue, WorkItem, decode_json
 
@@ -159,17 +158,11 @@ def messages_of(storage: Storage, submission_id: str) -> list[message_rows.Messa
     return message_rows.of_submission(storage, submission_id)
 
 
-# The agent choice (threadline.threads.agent_choice) is re-exported: the API and the schedule
-# lanes read it with the views, while message admission and an Attempt's submit read it below
-# them.
 __all__ = [
     "JournalStep",
     "ThreadRecord",
     "WaitRecord",
-    "choose_agent",
     "journal_of",
-    "keyed_agent",
-    "latest_agent",
     "messages_of",
     "open_submissions",
     "thread",
