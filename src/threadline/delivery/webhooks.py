@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -64,7 +65,15 @@ RETRY_STATUSES = frozenset({408, 429})
 #: Hosts a plain-http URL may name: a receiver on the same machine (development, tests).
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
+#: A header longer than this is refused before it is split: threadline writes ``t=`` and a
+#: ``v1=`` per secret (75 characters each), so a few secrets being rotated fit many times over.
+MAX_HEADER_CHARS = 4_096
+
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+# Unix seconds as threadline writes them: no sign, no leading zero, at most 12 digits (the
+# year 33658), so int() never meets a number it refuses to read.
+_UNIX_SECONDS = re.compile(r"0|[1-9][0-9]{0,11}")
+_HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 class WebhookUnavailable(Exception):
@@ -103,6 +112,8 @@ def signature_header(body: bytes, secrets: Sequence[str | bytes], timestamp: int
 def _parse(header: str | None) -> tuple[int, list[str]]:
     if not isinstance(header, str) or not header.strip():
         raise SignatureInvalid(f"no {SIGNATURE_HEADER} header")
+    if len(header) > MAX_HEADER_CHARS:
+        raise SignatureInvalid(f"{SIGNATURE_HEADER} is longer than {MAX_HEADER_CHARS} characters")
     times: list[str] = []
     candidates: list[str] = []
     for item in header.split(","):
@@ -114,7 +125,7 @@ def _parse(header: str | None) -> tuple[int, list[str]]:
         elif scheme == "v1":
             candidates.append(value)
         # Other schemes are ignored: a later version may sign with both.
-    if len(times) != 1 or not (times[0].isascii() and times[0].isdigit()):
+    if len(times) != 1 or _UNIX_SECONDS.fullmatch(times[0]) is None:
         raise SignatureInvalid(f"{SIGNATURE_HEADER} needs exactly one t=<unix seconds>")
     if not candidates:
         raise SignatureInvalid(f"{SIGNATURE_HEADER} has no v1 signature")
@@ -137,24 +148,37 @@ def verify_signature(
     ``v1`` entry matches any of them. ``tolerance`` is how many seconds the signed time may be
     from ``now`` (the system clock when None), either way, which bounds replays.
 
-    Raises :class:`~threadline.SignatureInvalid` (never returns False) when the header is
-    missing or malformed, no ``v1`` entry matches, or the time is outside the tolerance:
-    forgetting to look at a result cannot accept a forged request. Digests are compared in
-    constant time (:func:`hmac.compare_digest`).
+    Raises :class:`~threadline.SignatureInvalid` (never returns False, never raises anything
+    else over what the request carried) when the header is missing, not a string, longer than
+    :data:`MAX_HEADER_CHARS`, or malformed, no ``v1`` entry matches, or the time is outside
+    the tolerance: forgetting to look at a result cannot accept a forged request, and a
+    hostile header is a 4xx of the receiver's, not a 500. Digests are compared in constant
+    time (:func:`hmac.compare_digest`).
+
+    Raises :class:`ValueError` at the call, before the request is looked at, for what is the
+    receiver's own mistake: an empty secret, a ``tolerance`` that is not a finite number
+    >= 0 (a bool, a string, NaN, an infinity: NaN would accept every time), or a ``now`` that
+    is not a finite number.
     """
-    if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or tolerance < 0:
-        raise ValueError("tolerance is a number of seconds >= 0")
+    if not _finite(tolerance) or tolerance < 0:
+        raise ValueError("tolerance is a finite number of seconds >= 0")
+    if now is not None and not _finite(now):
+        raise ValueError("now is a finite number of unix seconds (or None: the system clock)")
     raw = body.encode("utf-8") if isinstance(body, str) else bytes(body)
     secrets = [secret] if isinstance(secret, str | bytes | bytearray) else list(secret)
     if not secrets or any(not s for s in secrets):
         raise ValueError("verify_signature needs a non-empty secret")
     timestamp, candidates = _parse(header)
     matched = False
+    # A candidate that is not 64 lower-case hex digits can match nothing; it is compared as
+    # that many zero bytes, so the time taken stays the same and no text is ever encoded.
+    shaped = [candidate.encode("ascii") if _HEX_DIGEST.fullmatch(candidate) else b"\0" * 64
+              for candidate in candidates]
     for key in secrets:
         expected = signature(raw, key, timestamp).encode("ascii")
-        for candidate in candidates:
+        for candidate_bytes in shaped:
             # Every pair is compared, so the time taken says nothing about which one matched.
-            matched |= hmac.compare_digest(expected, candidate.encode("utf-8"))
+            matched |= hmac.compare_digest(expected, candidate_bytes)
     if not matched:
         raise SignatureInvalid("no v1 signature matches the body under the given secret")
     current = SystemClock().now_ms() / 1000 if now is None else now
@@ -163,6 +187,11 @@ def verify_signature(
             f"the signature's time {timestamp} is more than {tolerance} s from now"
         )
     return timestamp
+
+
+def _finite(value: object) -> bool:
+    return (not isinstance(value, bool) and isinstance(value, int | float)
+            and math.isfinite(value))
 
 
 # -- the destination ---------------------------------------------------------------------------
@@ -327,6 +356,7 @@ def webhook_spec(
 __all__ = [
     "DEFAULT_TOLERANCE_S",
     "IDEMPOTENCY_HEADER",
+    "MAX_HEADER_CHARS",
     "SIGNATURE_HEADER",
     "Webhook",
     "WebhookUnavailable",
