@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC
+from email.utils import parsedate_to_datetime
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
@@ -24,6 +26,9 @@ from threadline.threads.model import JsonValue
 #: At most this much of a response body is read and kept: enough to explain a refusal, never
 #: a large page held in memory or shown in ``/maintenance``.
 RESPONSE_BODY_LIMIT = 4_096
+#: What a Retry-After of more than 12 digits of seconds is read as (about 31,700 years): a
+#: wait longer than any ceiling, without int() reading thousands of digits.
+_FAR_MS = 10**15
 
 
 class OutboundTimeout(Exception):
@@ -100,6 +105,30 @@ async def _exchange(
         )
 
 
+def retry_after_ms(value: str | None, now_ms: int) -> int | None:
+    """The wait a ``Retry-After`` value asks for, in ms from ``now_ms`` (0 for a date already
+    past), or None when it is absent or means nothing (a negative or fractional number, text
+    that is no date): the caller then backs off as it would without it.
+
+    Both forms of RFC 9110 are read: delay-seconds (``120``) and an HTTP date
+    (``Tue, 14 Nov 2023 22:15:20 GMT``, or the obsolete RFC 850 and asctime forms).
+    """
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    if not text:
+        return None
+    if text.isascii() and text.isdigit():
+        return _FAR_MS if len(text) > 12 else int(text) * 1_000
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # asctime names no zone; HTTP dates are GMT
+        when = when.replace(tzinfo=UTC)
+    return max(0, int(when.timestamp() * 1_000) - now_ms)
+
+
 def origin(url: str) -> str:
     """``scheme://host[:port]`` of ``url``: what an error may say about a destination."""
     # Only scheme and host are ever named in an error: a webhook URL's path or query may be a
@@ -113,7 +142,10 @@ class QueueProducer(Protocol):
     """A Queue binding as delivery uses it: sends message bodies in one call.
 
     Each body is a JSON value; the whole call is refused (raises) or accepted. The platform's
-    bounds (100 messages, 256 KB a call, 128 KB a message) are the caller's to respect.
+    bounds (100 messages, 256 KB a call, 128 KB a message) are the caller's to respect. An
+    exception that carries ``retry_after_ms`` (an int) asks for the batch that long later,
+    as a webhook's ``Retry-After`` does (see
+    :func:`threadline.delivery.subscribers.retry_after_of`).
     """
 
     async def send_batch(self, bodies: Sequence[JsonValue]) -> None: ...
@@ -154,4 +186,5 @@ __all__ = [
     "env_value",
     "origin",
     "queue_producer",
+    "retry_after_ms",
 ]

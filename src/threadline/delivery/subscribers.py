@@ -5,7 +5,9 @@ pure data; the maintenance pass delivers (``threadline.maintenance.publication_l
 destinations (webhook, queue) and ``@app.subscriber`` functions share one shape: a
 :data:`Deliver` coroutine given a batch and a :class:`DeliveryContext`. It returns to deliver the
 batch, raises :class:`~threadline.DeliveryRefused` to park the subscriber, and raises anything
-else to have the batch retried with backoff.
+else to have the batch retried with backoff. An exception with a ``retry_after_ms`` attribute
+(an int >= 0, as a webhook's :class:`~threadline.delivery.webhooks.WebhookUnavailable` carries
+from a ``Retry-After``) asks for that delay instead of the backoff (:func:`retry_after_of`).
 """
 
 from __future__ import annotations
@@ -94,6 +96,16 @@ class SubscriberSpec:
         return self.kinds is None or kind in self.kinds
 
 
+def retry_after_of(error: BaseException) -> int | None:
+    """The delay (ms) a failed delivery asked for: its ``retry_after_ms`` when that is an int
+    >= 0, else None (the subscriber backs off as usual). The lane caps it at the backoff
+    ceiling, so a destination cannot ask to be left alone for longer than any backoff."""
+    asked = getattr(error, "retry_after_ms", None)
+    if isinstance(asked, bool) or not isinstance(asked, int) or asked < 0:
+        return None
+    return asked
+
+
 def kinds_of(kinds: Iterable[str] | None) -> frozenset[str] | None:
     """A subscriber's kinds as declared: None for every kind, else a set of kinds (a lone
     string is refused, as by ``@app.subscriber``: it is not the set of its characters)."""
@@ -140,4 +152,5 @@ __all__ = [
     "SubscriberSpec",
     "Subscribers",
     "kinds_of",
+    "retry_after_of",
 ]

@@ -12,7 +12,9 @@ delivery is one POST per batch through the outbound
     {"space": "...", "subscriber": "crm", "records": [<Record.to_json()>, ...]}
 
 The answer decides the batch: a 2xx delivers it; 408, 429, a 5xx, a timeout or a failure to
-reach the host raise :class:`WebhookUnavailable` (the batch is retried with backoff); any other
+reach the host raise :class:`WebhookUnavailable` (the batch is retried with backoff; a 429 or
+503 with a ``Retry-After``, seconds or an HTTP date, is retried when it asks instead, never
+later than the backoff ceiling, and one that means nothing leaves the backoff); any other
 status (another 4xx, a 3xx: redirects are not followed, the signature is for the declared URL)
 raises :class:`~threadline.DeliveryRefused` and parks the subscriber, keeping the status and
 the start of the response body for ``/maintenance``.
@@ -43,6 +45,7 @@ from threadline.delivery.outbound import (
     OutboundTimeout,
     env_value,
     origin,
+    retry_after_ms,
 )
 from threadline.delivery.subscribers import (
     DEFAULT_DISPATCH_TIMEOUT,
@@ -80,12 +83,16 @@ class WebhookUnavailable(Exception):
     """The receiver answered "later" (408, 429, 5xx), timed out, or could not be reached.
 
     Deliberately not a :class:`~threadline.DeliveryRefused`: the batch is retried with backoff.
-    ``status`` is the response's status, or None when none came back.
+    ``status`` is the response's status, or None when none came back; ``retry_after_ms`` the
+    wait a 429 or 503 asked for with ``Retry-After`` (None: none, or one that means nothing).
     """
 
-    def __init__(self, message: str, *, status: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, status: int | None = None, retry_after_ms: int | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
+        self.retry_after_ms = retry_after_ms
 
 
 # -- signatures ------------------------------------------------------------------------------
@@ -257,7 +264,7 @@ class Webhook:
             raise WebhookUnavailable(
                 f"webhook {self.name!r}: {where} could not be reached ({type(error).__name__})"
             ) from error
-        self._judge(response, where)
+        self._judge(response, where, ctx.now_ms)
 
     def _secrets(self, ctx: DeliveryContext) -> list[str]:
         first, *others = self.secret_env
@@ -273,15 +280,19 @@ class Webhook:
         extra = [env_value(ctx.env, name) for name in others]
         return [secret] + [value for value in extra if isinstance(value, str) and value]
 
-    def _judge(self, response: OutboundResponse, where: str) -> None:
+    def _judge(self, response: OutboundResponse, where: str, now_ms: int) -> None:
         status = response.status
         if 200 <= status < 300:
             return
         excerpt = response.body[:DETAIL_BODY_BYTES].decode("utf-8", "replace")
         detail = f"HTTP {status}" + (f": {excerpt}" if excerpt else "")
         if status in RETRY_STATUSES or 500 <= status < 600:
+            # RFC 9110 gives Retry-After its meaning on 429 and 503 (and 3xx, never followed).
+            asked = (retry_after_ms(response.headers.get("retry-after"), now_ms)
+                     if status in (429, 503) else None)
             raise WebhookUnavailable(
-                f"webhook {self.name!r}: {where} answered {detail}", status=status)
+                f"webhook {self.name!r}: {where} answered {detail}", status=status,
+                retry_after_ms=asked)
         raise DeliveryRefused(
             f"webhook {self.name!r}: {where} refused the batch with HTTP {status}", detail=detail
         )

@@ -13,11 +13,13 @@ order within each Thread. The maintenance pass delivers, through the one alarm:
   delivery was lost with the object (or whose cursor write was) is delivered again, whole, in
   the same order. A consumer deduplicates by ``record_id``.
 * **Failures.** ``deliver`` raising backs the subscriber off (``base * 2^failures``, jittered,
-  capped); raising :class:`~threadline.DeliveryRefused` parks it with the refusal's detail,
-  until a deploy bumps its ``version``. Each delivery is bounded by ``dispatch_timeout`` on
-  the injected clock; past it the coroutine is cancelled and, should it ignore that, abandoned
-  after ``cancel_grace_ms`` (:mod:`threadline.abandonment`): it counts as a failure and never
-  holds the pass. A parking is logged once.
+  capped; an exception naming ``retry_after_ms``, as a webhook's ``Retry-After`` does, sets
+  the delay instead, within the same cap); raising :class:`~threadline.DeliveryRefused`
+  parks it with the refusal's detail, until a deploy bumps its ``version``. Each delivery is
+  bounded by ``dispatch_timeout`` on the injected clock; past it the coroutine is cancelled
+  and, should it ignore that, abandoned after ``cancel_grace_ms``
+  (:mod:`threadline.abandonment`): it counts as a failure and never holds the pass. A parking
+  is logged once.
 * **Waves.** A subscriber gets at most :data:`WAVE_BATCHES` batches per round, and a pass runs
   two rounds at most: one beside native work from its start, one after native work joined (for
   what the pass's own Attempts appended). A subscriber still behind then makes the
@@ -49,7 +51,12 @@ from threadline.abandonment import Abandoned
 from threadline.clock import Clock
 from threadline.config import RuntimeConfig
 from threadline.delivery.outbound import HttpPort
-from threadline.delivery.subscribers import DeliveryContext, Subscribers, SubscriberSpec
+from threadline.delivery.subscribers import (
+    DeliveryContext,
+    Subscribers,
+    SubscriberSpec,
+    retry_after_of,
+)
 from threadline.errors import DeliveryRefused, ThreadlineError
 from threadline.maintenance.subscriber_cursors import (
     SKIP_PERSIST,
@@ -402,10 +409,16 @@ class Publication:
 
     def _failed(self, spec: SubscriberSpec, row: SubscriberRow, error: Exception) -> bool:
         now = self._clock.now_ms()
-        retry_at = now + backoff_ms(row.failures, self._config, self._rng)
+        asked = retry_after_of(error)
+        # A destination's own advice (Retry-After) replaces the backoff, within its ceiling and
+        # never sooner than an alarm may be armed, so "retry now" cannot make it spin.
+        delay = backoff_ms(row.failures, self._config, self._rng) if asked is None else min(
+            self._config.alarm_backoff_cap_ms, max(asked, self._config.min_alarm_delay_ms))
+        retry_at = now + delay
         message = str(error)[:500]
+        when = "after a backoff" if asked is None else f"in {delay} ms, as its destination asked"
         self._log(f"threadline: subscriber {spec.name!r} failed to deliver a batch "
-                  f"({type(error).__name__}); retried after a backoff")
+                  f"({type(error).__name__}); retried {when}")
         # Should storage refuse it, the backoff is kept in memory: this incarnation backs the
         # subscriber off all the same.
         with suppress(ThreadlineError):
