@@ -196,6 +196,10 @@ class Space:
             self.publication.reconcile()
             # Recorded last: a start lost before it does both again (each is idempotent).
             self.storage.transaction(lambda: generation.set_lanes_key(self.storage, key))
+        if len(self.app.subscribers):
+            # Every start: the environment (a secret, a binding) may have changed with no
+            # declaration changing. Only parked rows are read (none, usually).
+            self.publication.resume()
         self.maintenance.start(stored)
 
     def _settle_name(self, stored: str | None) -> None:

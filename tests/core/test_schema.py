@@ -29,7 +29,7 @@ EXPECTED_TABLES = {
 DROPPED = {"tl_outbox": schema_module._ONE_LOG}
 EXPECTED_INDEXES = {
     "tl_lanes_due", "tl_submissions_open", "tl_waits_open",
-    "tl_messages_pending",
+    "tl_messages_pending", "tl_subscribers_parked",
 }
 
 
@@ -458,3 +458,10 @@ def test_open_waits_learn_their_thread_and_closed_ones_are_left_as_they_are() ->
     assert rows == [{"id": "done", "thread_id": None}, {"id": "open", "thread_id": "t"}]
     assert waits_module.due_timer_threads(storage, 50) == ["t"]
     assert waits_module.due_timer_threads(storage, 49) == []
+
+
+def test_parked_subscribers_are_found_through_their_partial_index(storage: SqliteStorage) -> None:
+    from threadline.maintenance.subscriber_cursors import _PARKED_ROWS
+
+    plan = storage.exec(f"EXPLAIN QUERY PLAN {_PARKED_ROWS}")
+    assert any("tl_subscribers_parked" in row["detail"] for row in plan)

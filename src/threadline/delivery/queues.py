@@ -12,7 +12,9 @@ The platform bounds a send to 100 messages and 256 KB, and a message to 128 KB: 
 most 100 records (checked at declaration), a batch over 256 KB is sent in several calls (a
 failure after the first is retried whole, which the deduplication absorbs), and a record over
 128 KB can never be sent, so it parks the subscriber with its id as the detail. A missing
-binding parks it too. Any error the send raises is retried with backoff.
+binding parks it too, until the next start whose environment has it (adding a binding is a
+deploy, which restarts the object): the subscriber resumes from its cursor then. Any error the
+send raises is retried with backoff (when the error names a ``retry_after_ms``, after that).
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ MAX_QUEUE_BATCH = 100
 MAX_MESSAGE_BYTES = 127_000
 MAX_SEND_BYTES = 250_000
 _MESSAGE_OVERHEAD = 100
+#: The start of the detail of a parking for a binding not bound (its name follows).
+MISSING_BINDING = "missing Queue binding "
 
 _BINDING = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
@@ -62,14 +66,21 @@ class QueueDestination:
     name: str
     binding: str
 
+    def lifts_parking(self, detail: str | None, env: object) -> bool:
+        """Whether ``env`` lifts a parking with ``detail``: one for a missing binding, once a
+        producer is bound under this destination's name."""
+        return (detail is not None and detail.startswith(MISSING_BINDING)
+                and queue_producer(env, self.binding) is not None)
+
     async def __call__(self, batch: list[Record], ctx: DeliveryContext) -> None:
         """Send ``batch`` to the Queue; return once every call was accepted."""
         producer = queue_producer(ctx.env, self.binding)
         if producer is None:
             raise DeliveryRefused(
                 f"queue subscriber {self.name!r}: no Queue producer bound as {self.binding} "
-                "in the Worker's environment",
-                detail=f"missing Queue binding {self.binding}",
+                "in the Worker's environment (once there is, the next start resumes the "
+                "subscriber)",
+                detail=MISSING_BINDING + self.binding,
             )
         sends: list[list[JsonValue]] = [[]]
         used = 0

@@ -8,6 +8,11 @@ batch, raises :class:`~threadline.DeliveryRefused` to park the subscriber, and r
 else to have the batch retried with backoff. An exception with a ``retry_after_ms`` attribute
 (an int >= 0, as a webhook's :class:`~threadline.delivery.webhooks.WebhookUnavailable` carries
 from a ``Retry-After``) asks for that delay instead of the backoff (:func:`retry_after_of`).
+
+A parking that only the Worker's environment can lift (a webhook's secret not set, a Queue
+binding missing) is lifted at the next start where the environment has it: the delivery
+function says so with a ``lifts_parking(detail, env)`` method (:func:`parking_lifted`), and
+the subscriber resumes from its cursor.
 """
 
 from __future__ import annotations
@@ -106,6 +111,14 @@ def retry_after_of(error: BaseException) -> int | None:
     return asked
 
 
+def parking_lifted(spec: SubscriberSpec, detail: str | None, env: Any) -> bool:
+    """Whether ``env`` lifts the parking ``spec``'s delivery recorded with ``detail``: its
+    ``lifts_parking(detail, env)`` says so (a delivery without one is never unparked this
+    way; a destination's own refusal waits for a deploy or an operator)."""
+    check = getattr(spec.deliver, "lifts_parking", None)
+    return callable(check) and check(detail, env) is True
+
+
 def kinds_of(kinds: Iterable[str] | None) -> frozenset[str] | None:
     """A subscriber's kinds as declared: None for every kind, else a set of kinds (a lone
     string is refused, as by ``@app.subscriber``: it is not the set of its characters)."""
@@ -152,5 +165,6 @@ __all__ = [
     "SubscriberSpec",
     "Subscribers",
     "kinds_of",
+    "parking_lifted",
     "retry_after_of",
 ]

@@ -20,7 +20,10 @@ raises :class:`~threadline.DeliveryRefused` and parks the subscriber, keeping th
 the start of the response body for ``/maintenance``.
 
 The secret is read from the Worker's environment at each delivery, so rotating it needs no
-deploy of code; it never appears in an error, a log line or ``/maintenance``. Several secret
+deploy of code; it never appears in an error, a log line or ``/maintenance``. A secret that is
+not set parks the subscriber (naming the variable), and the next start whose environment has
+it (``wrangler secret put`` deploys, which restarts the object) resumes it from its cursor
+(:meth:`Webhook.lifts_parking`). Several secret
 names sign with each secret present (one ``v1`` entry each), so a receiver keeps verifying while
 the secret is rotated. Receivers check a request with :func:`verify_signature`.
 """
@@ -65,6 +68,8 @@ DEFAULT_TOLERANCE_S = 300
 DETAIL_BODY_BYTES = 512
 #: Statuses below 500 that mean "later", not "never".
 RETRY_STATUSES = frozenset({408, 429})
+#: The start of the detail of a parking for a secret not set (the variable's name follows).
+MISSING_SECRET = "missing secret "  # noqa: S105 - the start of a detail, not a secret
 #: Hosts a plain-http URL may name: a receiver on the same machine (development, tests).
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
@@ -274,11 +279,19 @@ class Webhook:
             # or `wrangler secret put`, which restarts the object and unparks it).
             raise DeliveryRefused(
                 f"webhook {self.name!r}: the secret {first} is not set in the Worker's "
-                "environment",
-                detail=f"missing secret {first}",
+                "environment (once it is, the next start resumes the subscriber)",
+                detail=MISSING_SECRET + first,
             )
         extra = [env_value(ctx.env, name) for name in others]
         return [secret] + [value for value in extra if isinstance(value, str) and value]
+
+    def lifts_parking(self, detail: str | None, env: object) -> bool:
+        """Whether ``env`` lifts a parking with ``detail``: one for a missing secret (whichever
+        variable it named: a deploy may have renamed it), once the first secret is set."""
+        if detail is None or not detail.startswith(MISSING_SECRET):
+            return False
+        secret = env_value(env, self.secret_env[0])
+        return isinstance(secret, str) and bool(secret)
 
     def _judge(self, response: OutboundResponse, where: str, now_ms: int) -> None:
         status = response.status

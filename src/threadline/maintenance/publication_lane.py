@@ -33,7 +33,10 @@ order within each Thread. The maintenance pass delivers, through the one alarm:
 * **Declarations.** At a start whose declarations changed (see :func:`subscribers_key`) a new
   subscriber's cursor is written (``start="beginning"``: 0; ``"now"``: the log's end), a bumped
   ``version`` starts over from the beginning with a fresh failure count, and the cursor of a
-  subscriber this deployment no longer declares is dropped with one log line.
+  subscriber this deployment no longer declares is dropped with one log line. At every start
+  a subscriber parked for something only the environment lacked (a webhook's secret, a Queue
+  binding) whose environment now has it resumes from its cursor (:meth:`Publication.resume`,
+  which reads the parked rows only).
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from threadline.delivery.subscribers import (
     DeliveryContext,
     Subscribers,
     SubscriberSpec,
+    parking_lifted,
     retry_after_of,
 )
 from threadline.errors import DeliveryRefused, ThreadlineError
@@ -69,8 +73,10 @@ from threadline.maintenance.subscriber_cursors import (
     log_end,
     mark_reported,
     read_batch,
+    read_parked,
     read_rows,
     restart_row,
+    resume_row,
     subscribers_key,
     threads_past,
     write_delivered,
@@ -200,6 +206,42 @@ class Publication:
                 f"threadline: subscriber {row.name!r} is not declared in this deployment; "
                 f"its cursor (at {row.cursor}, {row.delivered} batches delivered) is dropped"
             )
+
+    def resume(self) -> list[str]:
+        """At start: unpark each subscriber whose parking this incarnation's environment lifts
+        (:func:`~threadline.delivery.subscribers.parking_lifted`), where its cursor stands, and
+        make the lanes due that it may serve or have held; return their names (one log line
+        each, naming no value of the environment)."""
+        if not self.declared:
+            return []
+        lifted = [row for row in read_parked(self._storage)
+                  if (spec := self._specs.get(row.name)) is not None
+                  and parking_lifted(spec, row.detail, self.env)]
+        if not lifted:
+            return []
+        now = self._clock.now_ms()
+        held = any(spec.required for spec in self._specs if spec.name in
+                   {row.name for row in lifted})
+
+        def apply() -> list[SubscriberRow]:
+            resumed = [row for row in lifted
+                       if resume_row(self._storage, row.name, row.version) == 1]
+            if resumed:
+                self._queue.set_due(PUBLICATION, now)
+                if held:
+                    # The Threads it held are looked at again once it has drained.
+                    self._queue.set_due(NATIVE, now)
+            return resumed
+
+        resumed = self._storage.transaction(apply)
+        for row in resumed:
+            self._store(replace(row, state="active", failures=0, retry_at=None,
+                                error_type=None, error=None, detail=None, failed_at=None,
+                                reported=False))
+            self._log(f"threadline: subscriber {row.name!r} resumes from its cursor (at "
+                      f"{row.cursor}): this deployment's environment lifts its parking "
+                      f"({row.detail})")
+        return [row.name for row in resumed]
 
     # -- state -----------------------------------------------------------------------------
 

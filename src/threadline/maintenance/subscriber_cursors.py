@@ -23,6 +23,12 @@ _ALL = (
     "SELECT name, version, cursor, state, failures, retry_at, delivered, delivered_at,"
     " error_type, error, detail, failed_at, reported FROM tl_subscribers ORDER BY name"
 )
+# Through the partial index tl_subscribers_parked: the parked rows only.
+_PARKED_ROWS = (
+    "SELECT name, version, cursor, state, failures, retry_at, delivered, delivered_at,"
+    " error_type, error, detail, failed_at, reported FROM tl_subscribers"
+    " WHERE state = 'parked' ORDER BY name"
+)
 _INSERT = (
     "INSERT INTO tl_subscribers (name, version, cursor, state) VALUES (?, ?, ?, 'active')"
 )
@@ -32,6 +38,12 @@ _RESTART = (
     " detail = NULL, failed_at = NULL, reported = 0 WHERE name = ?"
 )
 _DROP = "DELETE FROM tl_subscribers WHERE name = ?"
+# Compare-and-set on the parking: a subscriber that moved on since it was read stays as it is.
+_RESUME = (
+    "UPDATE tl_subscribers SET state = 'active', failures = 0, retry_at = NULL,"
+    " error_type = NULL, error = NULL, detail = NULL, failed_at = NULL, reported = 0"
+    " WHERE name = ? AND version = ? AND state = 'parked'"
+)
 # Compare-and-set on the cursor the batch was read after: a batch is consumed once.
 _DELIVERED = (
     "UPDATE tl_subscribers SET cursor = ?, failures = 0, retry_at = NULL, error_type = NULL,"
@@ -114,6 +126,11 @@ def read_rows(storage: Storage) -> dict[str, SubscriberRow]:
     return {str(row["name"]): _row(row) for row in storage.exec(_ALL)}
 
 
+def read_parked(storage: Storage) -> list[SubscriberRow]:
+    """The parked subscriber rows, by name (reads no other row)."""
+    return [_row(row) for row in storage.exec(_PARKED_ROWS)]
+
+
 def log_end(storage: Storage) -> int:
     """The position of the newest record of the space's log (0: none)."""
     return int(storage.exec(_LOG_END).one()["pos"])
@@ -130,6 +147,12 @@ def insert_row(storage: Storage, name: str, version: int, cursor: int) -> None:
 def restart_row(storage: Storage, name: str, version: int) -> None:
     """Start subscriber ``name`` over from the beginning at ``version``, failures cleared."""
     storage.exec(_RESTART, version, 0, name)
+
+
+def resume_row(storage: Storage, name: str, version: int) -> int:
+    """Unpark subscriber ``name`` at ``version`` where its cursor stands, failures cleared;
+    return the rows changed (0: it was not parked at that version)."""
+    return storage.exec(_RESUME, name, version).changed
 
 
 def drop_row(storage: Storage, name: str) -> None:
@@ -241,8 +264,10 @@ __all__ = [
     "log_end",
     "mark_reported",
     "read_batch",
+    "read_parked",
     "read_rows",
     "restart_row",
+    "resume_row",
     "subscribers_key",
     "threads_past",
     "write_delivered",

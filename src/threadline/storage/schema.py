@@ -669,12 +669,21 @@ _WAIT_THREADS = (
         WHERE state = 'open'""",
 )
 
+# Parked subscribers are found without reading the others: every start looks at them (a parking
+# for a webhook's secret or a Queue binding ends once the environment has it), and with this
+# partial index that reads only the parked rows, so a start reads the same rows with one
+# subscriber or twenty. A delivered batch still writes one row: it changes no state, so no
+# entry of this index.
+_PARKED_SUBSCRIBERS = (
+    "CREATE INDEX tl_subscribers_parked ON tl_subscribers (state) WHERE state = 'parked'",
+)
+
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
 MIGRATIONS: list[tuple[str, ...]] = [
     _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS, _LEAN_SUBMISSIONS,
     _LEAN_OUTBOX, _HELD_FOLLOWERS, _LOSSES, _SCHEDULES, _DELAYED, _LANES_KEY,
     _JOINED_TO, _MESSAGE_ROUTING, _SUBSCRIBERS, _SPACE_NAME, _ONE_LOG, _LEAN_HISTORY,
-    _SUBJECTS, _WAIT_THREADS,
+    _SUBJECTS, _WAIT_THREADS, _PARKED_SUBSCRIBERS,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
