@@ -11,14 +11,15 @@ from threadline.access import Authorizer
 from threadline.config import RuntimeConfig
 from threadline.delivery.queues import MAX_QUEUE_BATCH, queue_spec
 from threadline.delivery.subscribers import (
-    DEFAULT_DISPATCH_TIMEOUT as DEFAULT_DELIVERY_TIMEOUT,
-)
-from threadline.delivery.subscribers import (
+    DEFAULT_BATCH_BYTES,
     DeliveryContext,
     Start,
     Subscribers,
     SubscriberSpec,
     kinds_of,
+)
+from threadline.delivery.subscribers import (
+    DEFAULT_DISPATCH_TIMEOUT as DEFAULT_DELIVERY_TIMEOUT,
 )
 from threadline.delivery.webhooks import webhook_spec
 from threadline.errors import InvalidSchedule, SchedulingError
@@ -232,12 +233,15 @@ class Application:
         required: bool = False,
         batch: int = 100,
         dispatch_timeout: timedelta = DEFAULT_DELIVERY_TIMEOUT,
+        batch_bytes: int = DEFAULT_BATCH_BYTES,
     ) -> Callable[[B], B]:
         """Decorator declaring a subscriber: ``async fn(batch: list[Record]) -> None``.
 
         ``fn`` gets the records of the space's Threads (those of ``kinds``; None: every
         kind) in batches of at most ``batch``, in log order within each Thread, at least once
-        (deduplicate by ``record_id``): returning delivers the batch, raising
+        (deduplicate by ``record_id``), and of at most ``batch_bytes`` bytes of records as JSON
+        (1 KiB to 8 MiB, default 1 MiB; a record larger than that comes alone): returning
+        delivers the batch, raising
         :class:`~threadline.DeliveryRefused` parks the subscriber (shown in ``/maintenance``,
         logged once) until a deploy bumps ``version``, raising anything else retries the
         batch with backoff. Each call is bounded by ``dispatch_timeout`` (1 ms to 300 s).
@@ -255,7 +259,8 @@ class Application:
         """
         chosen = kinds_of(kinds)
         # Checked before fn is even given, so a bad declaration fails at import.
-        SubscriberSpec(name, _never, chosen, start, version, required, batch, dispatch_timeout)
+        SubscriberSpec(name, _never, chosen, start, version, required, batch, dispatch_timeout,
+                       batch_bytes)
         if self.subscribers.get(name) is not None:
             raise SchedulingError(f"subscriber {name!r} is already declared")
 
@@ -269,7 +274,8 @@ class Application:
                     await result
 
             self.subscribers.add(SubscriberSpec(name, deliver, chosen, start, version,
-                                                required, batch, dispatch_timeout))
+                                                required, batch, dispatch_timeout,
+                                                batch_bytes))
             return fn
 
         return register
@@ -284,6 +290,7 @@ class Application:
         required: bool = False,
         batch: int = 100,
         dispatch_timeout: timedelta = DEFAULT_DELIVERY_TIMEOUT,
+        batch_bytes: int = DEFAULT_BATCH_BYTES,
     ) -> Any:
         """A subscriber to ``submission.settled`` records: ``@app.on_settled`` (named after
         the function) or ``@app.on_settled(name=..., required=...)``; see :meth:`subscriber`."""
@@ -292,7 +299,8 @@ class Application:
             chosen = name if name is not None else target.__name__.lstrip("_")
             return self.subscriber(
                 chosen, kinds={SUBMISSION_SETTLED}, start=start, version=version,
-                required=required, batch=batch, dispatch_timeout=dispatch_timeout)(target)
+                required=required, batch=batch, dispatch_timeout=dispatch_timeout,
+                batch_bytes=batch_bytes)(target)
 
         return register if fn is None else register(fn)
 
@@ -308,6 +316,7 @@ class Application:
         required: bool = False,
         batch: int = 100,
         dispatch_timeout: timedelta = DEFAULT_DELIVERY_TIMEOUT,
+        batch_bytes: int = DEFAULT_BATCH_BYTES,
     ) -> SubscriberSpec:
         """Declare a subscriber that POSTs each batch of records to ``url`` as signed JSON.
 
@@ -328,6 +337,7 @@ class Application:
         return self.subscribers.add(webhook_spec(
             name, url=url, secret_env=secret_env, kinds=kinds, start=start, version=version,
             required=required, batch=batch, dispatch_timeout=dispatch_timeout,
+            batch_bytes=batch_bytes,
         ))
 
     def queue(
@@ -341,6 +351,7 @@ class Application:
         required: bool = False,
         batch: int = MAX_QUEUE_BATCH,
         dispatch_timeout: timedelta = DEFAULT_DELIVERY_TIMEOUT,
+        batch_bytes: int = DEFAULT_BATCH_BYTES,
     ) -> SubscriberSpec:
         """Declare a subscriber that sends each record to the Cloudflare Queue bound as
         ``binding`` (one message per record, ``sendBatch`` per batch; ``batch`` at most 100).
@@ -354,6 +365,7 @@ class Application:
         return self.subscribers.add(queue_spec(
             name, binding=binding, kinds=kinds, start=start, version=version,
             required=required, batch=batch, dispatch_timeout=dispatch_timeout,
+            batch_bytes=batch_bytes,
         ))
 
     def on_recovery_event(self, fn: RecoveryEventHook) -> RecoveryEventHook:

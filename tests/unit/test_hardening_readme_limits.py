@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from threadline.config import RuntimeConfig
+from threadline.delivery.subscribers import DEFAULT_BATCH_BYTES
 from threadline.maintenance.lanes import MAX_DISPATCH_TIMEOUT_MS, MIN_DISPATCH_TIMEOUT_MS
 from threadline.threads.decisions import MAX_ABORT_REASON_CHARS
 from threadline.threads.model import ID_PATTERN, MAX_ERROR_MESSAGE_CHARS
@@ -38,6 +39,7 @@ def expected() -> dict[str, str]:
         "KIND_PATTERN": KIND_PATTERN,
         "ID_PATTERN": ID_PATTERN,
         "MAX_ERROR_MESSAGE_CHARS": str(MAX_ERROR_MESSAGE_CHARS),
+        "DEFAULT_BATCH_BYTES": str(DEFAULT_BATCH_BYTES),
     })
     return documented
 

@@ -606,6 +606,12 @@ class SubscriberView(_Response):
         " records.")
     version: int
     batch: int
+    batch_bytes: int = Field(
+        description="The bound of one batch in bytes (its records as JSON); a record larger"
+        " than it goes alone.")
+    oversize: str = Field(
+        description="What a record too large for the destination does (a Queue's message"
+        " limit, a receiver refusing a large body).")
     dispatch_timeout_ms: int
     state: Literal["delivering", "caught-up", "backing-off", "parked"] = Field(
         description="`caught-up`: nothing past its cursor. `delivering`: records wait and it can"

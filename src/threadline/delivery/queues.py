@@ -27,6 +27,7 @@ from datetime import timedelta
 
 from threadline.delivery.outbound import queue_producer
 from threadline.delivery.subscribers import (
+    DEFAULT_BATCH_BYTES,
     DEFAULT_DISPATCH_TIMEOUT,
     DeliveryContext,
     Start,
@@ -65,6 +66,13 @@ class QueueDestination:
 
     name: str
     binding: str
+
+    @property
+    def oversize(self) -> str:
+        """What a record too large for a Queue does (shown in ``/maintenance``)."""
+        return ("a record over the Queue's 128 KB message limit can never be sent: it parks "
+                "the subscriber, naming the record; a batch over 256 KB is sent in several "
+                "calls")
 
     def lifts_parking(self, detail: str | None, env: object) -> bool:
         """Whether ``env`` lifts a parking with ``detail``: one for a missing binding, once a
@@ -114,6 +122,7 @@ def queue_spec(
     required: bool = False,
     batch: int = MAX_QUEUE_BATCH,
     dispatch_timeout: timedelta = DEFAULT_DISPATCH_TIMEOUT,
+    batch_bytes: int = DEFAULT_BATCH_BYTES,
 ) -> SubscriberSpec:
     """The :class:`~threadline.delivery.subscribers.SubscriberSpec` of ``app.queue(...)``."""
     if not isinstance(binding, str) or _BINDING.fullmatch(binding) is None:
@@ -124,7 +133,7 @@ def queue_spec(
     spec = SubscriberSpec(
         name=name, deliver=QueueDestination(name, binding), kinds=kinds_of(kinds),
         start=start, version=version, required=required, batch=batch,
-        dispatch_timeout=dispatch_timeout,
+        dispatch_timeout=dispatch_timeout, batch_bytes=batch_bytes,
     )
     if spec.batch > MAX_QUEUE_BATCH:
         raise SchedulingError(

@@ -34,6 +34,13 @@ MAX_BATCH = 1_000
 MIN_DISPATCH_TIMEOUT = timedelta(milliseconds=1)
 MAX_DISPATCH_TIMEOUT = timedelta(seconds=300)
 DEFAULT_DISPATCH_TIMEOUT = timedelta(seconds=30)
+#: The bound of one batch in bytes: its records as JSON (``Record.to_json``). A batch is
+#: held at once as the rows read, the records and the JSON a destination sends, a few times
+#: its size, so the default (1 MiB) stays well inside the object's 128 MB and the largest
+#: (8 MiB) inside it still. A record larger than the bound goes alone, in a batch of its own.
+DEFAULT_BATCH_BYTES = 1_048_576
+MIN_BATCH_BYTES = 1_024
+MAX_BATCH_BYTES = 8 * 1_048_576
 
 Start = Literal["beginning", "now"]
 
@@ -68,6 +75,7 @@ class SubscriberSpec:
     required: bool = False
     batch: int = 100
     dispatch_timeout: timedelta = DEFAULT_DISPATCH_TIMEOUT
+    batch_bytes: int = DEFAULT_BATCH_BYTES
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or _NAME.fullmatch(self.name) is None:
@@ -87,6 +95,13 @@ class SubscriberSpec:
         ):
             raise SchedulingError(
                 f"subscriber {self.name!r}: dispatch_timeout must be a timedelta from 1 ms to 300 s"
+            )
+        if isinstance(self.batch_bytes, bool) or not isinstance(self.batch_bytes, int) or not (
+            MIN_BATCH_BYTES <= self.batch_bytes <= MAX_BATCH_BYTES
+        ):
+            raise SchedulingError(
+                f"subscriber {self.name!r}: batch_bytes must be an int from {MIN_BATCH_BYTES}"
+                f" to {MAX_BATCH_BYTES}"
             )
         if self.kinds is not None and not self.kinds:
             raise SchedulingError(f"subscriber {self.name!r}: kinds is empty; use None for all")
@@ -109,6 +124,15 @@ def retry_after_of(error: BaseException) -> int | None:
     if isinstance(asked, bool) or not isinstance(asked, int) or asked < 0:
         return None
     return asked
+
+
+def oversize_rule(spec: SubscriberSpec) -> str:
+    """What a record too large for ``spec``'s destination does, as ``/maintenance`` says it:
+    the delivery's own ``oversize`` when it has one, else the rule every subscriber shares."""
+    rule = getattr(spec.deliver, "oversize", None)
+    return rule if isinstance(rule, str) else (
+        f"a record over batch_bytes ({spec.batch_bytes}) is delivered alone, in a batch of "
+        "its own")
 
 
 def parking_lifted(spec: SubscriberSpec, detail: str | None, env: Any) -> bool:
@@ -157,7 +181,10 @@ class Subscribers:
 
 
 __all__ = [
+    "DEFAULT_BATCH_BYTES",
     "DEFAULT_DISPATCH_TIMEOUT",
+    "MAX_BATCH_BYTES",
+    "MIN_BATCH_BYTES",
     "NAME_PATTERN",
     "Deliver",
     "DeliveryContext",
@@ -165,6 +192,7 @@ __all__ = [
     "SubscriberSpec",
     "Subscribers",
     "kinds_of",
+    "oversize_rule",
     "parking_lifted",
     "retry_after_of",
 ]

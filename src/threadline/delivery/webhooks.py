@@ -51,6 +51,7 @@ from threadline.delivery.outbound import (
     retry_after_ms,
 )
 from threadline.delivery.subscribers import (
+    DEFAULT_BATCH_BYTES,
     DEFAULT_DISPATCH_TIMEOUT,
     DeliveryContext,
     Start,
@@ -285,6 +286,13 @@ class Webhook:
         extra = [env_value(ctx.env, name) for name in others]
         return [secret] + [value for value in extra if isinstance(value, str) and value]
 
+    @property
+    def oversize(self) -> str:
+        """What a record too large for the receiver does (shown in ``/maintenance``)."""
+        return ("a record over batch_bytes is POSTed alone; a receiver refusing a body that "
+                "large (413, or another 4xx but 408 and 429) parks the subscriber with its "
+                "answer")
+
     def lifts_parking(self, detail: str | None, env: object) -> bool:
         """Whether ``env`` lifts a parking with ``detail``: one for a missing secret (whichever
         variable it named: a deploy may have renamed it), once the first secret is set."""
@@ -360,6 +368,7 @@ def webhook_spec(
     required: bool = False,
     batch: int = 100,
     dispatch_timeout: timedelta = DEFAULT_DISPATCH_TIMEOUT,
+    batch_bytes: int = DEFAULT_BATCH_BYTES,
 ) -> SubscriberSpec:
     """The :class:`~threadline.delivery.subscribers.SubscriberSpec` of ``app.webhook(...)``."""
     checked_url = check_url(name, url)
@@ -369,6 +378,7 @@ def webhook_spec(
     spec = SubscriberSpec(
         name=name, deliver=deliver, kinds=kinds_of(kinds), start=start, version=version,
         required=required, batch=batch, dispatch_timeout=dispatch_timeout,
+        batch_bytes=batch_bytes,
     )
     # The HTTP allowance is taken once the spec has checked its own, a little short of it, so
     # a slow receiver ends as a timeout with its own message rather than as a cancellation.

@@ -6,9 +6,12 @@ record it consumed) says what it has had: the records past it, in ``pos`` order,
 order within each Thread. The maintenance pass delivers, through the one alarm:
 
 * **Batches.** A subscriber gets up to ``batch`` records it wants (``kinds``) per call of its
-  ``deliver``. A delivered batch is one row written: the cursor, moved past the batch in a
-  compare-and-set. Records it does not want are stepped over in memory; the cursor row is
-  written for them alone only once :data:`SKIP_PERSIST` of them have been stepped over.
+  ``deliver``, and up to ``batch_bytes`` of records as JSON (the log is read in pages cut at
+  that many bytes in SQL, so only those rows are materialised); a record larger than that
+  comes alone, and ``/maintenance`` says what one too large for the destination does. A
+  delivered batch is one row written: the cursor, moved past the batch in a compare-and-set.
+  Records it does not want are stepped over in memory; the cursor row is written for them
+  alone only once :data:`SKIP_PERSIST` of them have been stepped over.
 * **At least once.** The cursor moves only after ``deliver`` returned, so a batch whose
   delivery was lost with the object (or whose cursor write was) is delivered again, whole, in
   the same order. A consumer deduplicates by ``record_id``.
@@ -58,6 +61,7 @@ from threadline.delivery.subscribers import (
     DeliveryContext,
     Subscribers,
     SubscriberSpec,
+    oversize_rule,
     parking_lifted,
     retry_after_of,
 )
@@ -514,6 +518,7 @@ class Publication:
                 "name": spec.name,
                 "kinds": None if spec.kinds is None else sorted(spec.kinds),
                 "required": spec.required, "version": spec.version, "batch": spec.batch,
+                "batch_bytes": spec.batch_bytes, "oversize": oversize_rule(spec),
                 "dispatch_timeout_ms": spec.dispatch_timeout_ms, "state": state,
                 "cursor": row.cursor, "log_end": end, "delivered": row.delivered,
                 "delivered_at": row.delivered_at, "failures": row.failures,

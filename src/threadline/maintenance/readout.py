@@ -98,8 +98,10 @@ class MaintenanceReadout:
         return out
 
     def subscribers(self) -> Sequence[Mapping[str, Any]]:
-        """Each declared subscriber: cursor, state, failures, the refusal that parked it, and
-        for a required one behind, the Threads (and their open submissions) it holds."""
+        """Each declared subscriber: its bounds (``batch``, ``batch_bytes``, and ``oversize``:
+        what a record too large for its destination does), cursor, state, failures, the
+        refusal that parked it, and for a required one behind, the Threads (and their open
+        submissions) it holds."""
         if self._publication is None:
             return ()
         return self._publication.readout()

@@ -65,9 +65,23 @@ _REPORTED = (
 )
 # The rowid's maximum is one seek at the end of the table.
 _LOG_END = "SELECT COALESCE(MAX(pos), 0) AS pos FROM tl_history"
+#: Bytes of a record's JSON besides its body and ids: the keys, quotes and braces, a seq and a
+#: created_at of 19 digits each, the comma between records. With the body's and ids' bytes
+#: (ids and kinds are ASCII) it bounds ``len(json.dumps(record.to_json()))`` from above.
+RECORD_ENVELOPE_BYTES = 128
+# A page of the log past a position, cut in SQL where its records' bytes pass a budget, so the
+# rows materialised (and the batch made of them) stay within it; the first row comes whatever
+# its size when the budget is a batch's whole one (the last ?: 1), so a record larger than
+# the bound goes alone and a cursor never sticks on it.
 _PAGE = (
-    "SELECT pos, thread_id, seq, record_id, submission_id, kind, body_json, created_at"
-    " FROM tl_history WHERE pos > ? ORDER BY pos LIMIT ?"
+    "SELECT pos, thread_id, seq, record_id, submission_id, kind, body_json, created_at, size"
+    " FROM (SELECT *, ROW_NUMBER() OVER (ORDER BY pos) AS n,"
+    " SUM(size) OVER (ORDER BY pos) AS running FROM ("
+    "SELECT pos, thread_id, seq, record_id, submission_id, kind, body_json, created_at,"
+    " length(CAST(body_json AS BLOB)) + length(thread_id) + length(record_id)"
+    " + COALESCE(length(submission_id), 4) + length(kind) + ? AS size"
+    " FROM tl_history WHERE pos > ? ORDER BY pos LIMIT ?))"
+    " WHERE running <= ? OR n <= ? ORDER BY pos"
 )
 # Threads with records past a cursor: read (never written) by the required gate.
 _THREADS_PAST = "SELECT DISTINCT thread_id, kind FROM tl_history WHERE pos > ?"
@@ -212,22 +226,27 @@ class Batch:
 
 
 def read_batch(storage: Storage, spec: SubscriberSpec, after: int) -> Batch | None:
-    """The next records ``spec`` wants after position ``after``, up to its batch; None when
+    """The next records ``spec`` wants after position ``after``, up to its ``batch`` records
+    and its ``batch_bytes`` (the records read, wanted or not, as JSON: see
+    :data:`RECORD_ENVELOPE_BYTES`; a first record larger than that comes alone); None when
     nothing is left to read."""
     wanted: list[Record] = []
     through = after
-    # Read pages until the batch is full or the log ends, stepping over at most
-    # SKIP_PERSIST unwanted records: the reads of one batch stay bounded.
+    used = 0
+    # Read pages until the batch is full (in records or bytes) or the log ends, stepping over
+    # at most SKIP_PERSIST unwanted records: the reads of one batch stay bounded.
     while len(wanted) < spec.batch and through - after < SKIP_PERSIST:
-        rows = storage.exec(_PAGE, through, spec.batch).rows
-        if not rows:
-            break
+        first = 1 if used == 0 else 0
+        rows = storage.exec(_PAGE, RECORD_ENVELOPE_BYTES, through, spec.batch,
+                            spec.batch_bytes - used, first).rows
         for item in rows:
             if len(wanted) == spec.batch:
                 break
             through = int(item["pos"])
+            used += int(item["size"])
             if spec.wants(str(item["kind"])):
                 wanted.append(_record(item))
+        # A short page: the log ended, or the bytes did.
         if len(rows) < spec.batch:
             break
     if through == after:
@@ -254,6 +273,7 @@ def kinds_past(storage: Storage, thread_id: str, cursor: int) -> Iterator[str]:
 
 
 __all__ = [
+    "RECORD_ENVELOPE_BYTES",
     "SKIP_PERSIST",
     "Batch",
     "SubscriberRow",
