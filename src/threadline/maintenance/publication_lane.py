@@ -436,6 +436,17 @@ class Publication:
         if self._rows is not None:
             self._rows[row.name] = row
 
+    def spec(self, name: str) -> SubscriberSpec | None:
+        """The declaration of subscriber ``name`` (None: this deployment declares none)."""
+        return self._specs.get(name)
+
+    def reread(self, name: str) -> None:
+        """An operator moved the row of ``name``: read the rows again, forget what was
+        stepped over in memory past its old cursor, and give it a whole wave again."""
+        self._rows = None
+        self._read.pop(name, None)
+        self._spent.discard(name)
+
     def readout(self) -> list[dict[str, Any]]:
         """What ``/maintenance`` shows of each declared subscriber (reads; writes nothing)."""
         rows = read_rows(self._storage)

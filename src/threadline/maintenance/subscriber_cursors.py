@@ -1,9 +1,11 @@
 """The durable side of subscriber delivery: the cursor rows and the log they point into.
 
 Each declared subscriber has one ``tl_subscribers`` row (:class:`SubscriberRow`): its cursor
-over ``tl_history``, its failures and its parking. This module holds every statement on those
-rows and the reads of the space's log past a cursor (:func:`read_batch`, the required gate's
-lookups); the delivery itself is :mod:`threadline.maintenance.publication_lane`.
+over ``tl_history``, its failures and its parking. This module holds every statement the pass
+makes on those rows and the reads of the space's log past a cursor (:func:`read_batch`, the
+required gate's lookups); the delivery itself is :mod:`threadline.maintenance.publication_lane`,
+and what an operator does to a row (resume, skip, restart) is
+:mod:`threadline.maintenance.subscriber_operations`.
 """
 
 from __future__ import annotations
