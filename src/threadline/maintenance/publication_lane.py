@@ -14,7 +14,11 @@ order within each Thread. The maintenance pass delivers, through the one alarm:
   the same order. A consumer deduplicates by ``record_id``.
 * **Failures.** ``deliver`` raising backs the subscriber off (``base * 2^failures``, jittered,
   capped); raising :class:`~threadline.DeliveryRefused` parks it with the refusal's detail,
-  until a deploy bumps its ``version``. Each delivery is bounded by ``dispatch_timeout`` on
+  until an operator resumes, skips or restarts it
+  (:mod:`~threadline.maintenance.subscriber_operations`) or a deploy bumps its ``version``. A
+  refusal that names one record of the batch (``record_id``: a Queue message over its size
+  limit) first has the records before it delivered alone, so the parking is on that record.
+  Each delivery is bounded by ``dispatch_timeout`` on
   the injected clock; past it the coroutine is cancelled and, should it ignore that, abandoned
   after ``cancel_grace_ms`` (:mod:`threadline.abandonment`): it counts as a failure and never
   holds the pass. A parking is logged once.
@@ -61,6 +65,7 @@ from threadline.maintenance.subscriber_cursors import (
     last_position,
     log_end,
     mark_reported,
+    position_of,
     read_batch,
     read_rows,
     restart_row,
@@ -331,7 +336,7 @@ class Publication:
             if not batch.records:
                 self._skip(spec, row, batch.through)
                 continue
-            outcome = await self._deliver(spec, row, batch, now)
+            outcome = await self._deliver(spec, row, batch, now, until)
             if not outcome:
                 break
             delivered = True
@@ -347,7 +352,7 @@ class Publication:
             self._commit(spec, row, through, 0)
 
     async def _deliver(
-        self, spec: SubscriberSpec, row: SubscriberRow, batch: Batch, now: int
+        self, spec: SubscriberSpec, row: SubscriberRow, batch: Batch, now: int, until: int
     ) -> bool:
         """Deliver one batch; True when it was delivered and its cursor written."""
         ctx = DeliveryContext(space=self.space, subscriber=spec.name, env=self.env,
@@ -371,13 +376,31 @@ class Publication:
             return self._failed(spec, row, TimeoutError("delivery was cancelled"))
         error = task.exception()
         if isinstance(error, DeliveryRefused):
-            return self._park(spec, row, error)
+            before = self._before_refused(batch, error.record_id)
+            if before is None:
+                return self._park(spec, row, error)
+            # The records before the one refused go alone first: it is then the one at the
+            # cursor, for an operator to skip exactly it. Without the time, the next wave
+            # reads the batch again.
+            again = self._clock.now_ms()
+            if again + spec.dispatch_timeout_ms > until:
+                return False
+            return await self._deliver(spec, row, before, again, until)
         if error is not None:
             if not isinstance(error, Exception):
                 raise error
             return self._failed(spec, row, error)
         await self._fp.reached(DELIVERED)
         return self._commit(spec, row, batch.through, 1)
+
+    def _before_refused(self, batch: Batch, record_id: str | None) -> Batch | None:
+        """The records of ``batch`` before the one a refusal names (None: it named none, or
+        the first)."""
+        ids = [record.record_id for record in batch.records]
+        if record_id is None or record_id not in ids[1:]:
+            return None
+        kept = batch.records[:ids.index(record_id)]
+        return Batch(kept, position_of(self._storage, kept[-1]))
 
     def _commit(self, spec: SubscriberSpec, row: SubscriberRow, through: int, batches: int) -> bool:
         now = self._clock.now_ms()

@@ -66,6 +66,7 @@ _LAST_OF_THREAD = (
     "SELECT pos FROM tl_history WHERE thread_id = ? ORDER BY seq DESC LIMIT 1"
 )
 _THREAD_PAST = "SELECT DISTINCT kind FROM tl_history WHERE thread_id = ? AND pos > ?"
+_POSITION_OF = "SELECT pos FROM tl_history WHERE thread_id = ? AND seq = ?"
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +233,11 @@ def kinds_past(storage: Storage, thread_id: str, cursor: int) -> Iterator[str]:
         yield str(item["kind"])
 
 
+def position_of(storage: Storage, record: Record) -> int:
+    """The position of ``record`` in the space's log (one primary-key seek)."""
+    return int(storage.exec(_POSITION_OF, record.thread_id, record.seq).one()["pos"])
+
+
 __all__ = [
     "SKIP_PERSIST",
     "Batch",
@@ -242,6 +248,7 @@ __all__ = [
     "last_position",
     "log_end",
     "mark_reported",
+    "position_of",
     "read_batch",
     "read_rows",
     "restart_row",

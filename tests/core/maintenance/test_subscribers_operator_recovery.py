@@ -299,3 +299,32 @@ async def _subject_free_skip() -> None:
 def test_a_skip_by_an_unnamed_principal_records_no_subject() -> None:
     asyncio.run(_subject_free_skip())
 
+
+
+async def _poison_mid_batch() -> None:
+    app = writer_app()
+    app.queue("audit", binding="EVENTS")
+    queue = FakeQueue()
+    async with SimulatedObject(app, clock=clock(), env={"EVENTS": queue}, space="acme",
+                               check_alarm_invariant=True) as obj:
+        # One turn: a record, one over the Queue's 128 KB, another record.
+        emit(obj, "t", ("note", {"n": 1}), ("note", {"text": "x" * 130_000}),
+             ("note", {"n": 3}))
+        await obj.run_alarms()
+        # The record before the oversized one is sent; the subscriber parks on that one.
+        assert _queued_seqs(queue) == [(1, "note")]
+        parked = row(obj, "audit")
+        assert parked is not None and parked.parked and parked.cursor == 1
+        oversized = obj.storage.exec(
+            "SELECT record_id FROM tl_history WHERE seq = 2").one()["record_id"]
+        status, answer = await _post(obj, "/subscribers/audit/skip",
+                                     {"cursor": 1, "record_id": oversized})
+        assert status == 200, answer
+        await obj.run_alarms()
+        assert _queued_seqs(queue) == [(1, "note"), (3, "note"), (4, "submission.settled"),
+                                       (5, SUBSCRIBER_SKIPPED)]
+
+
+def test_a_queue_subscriber_parks_on_the_oversized_record_itself_so_a_skip_loses_nothing_else(
+) -> None:
+    asyncio.run(_poison_mid_batch())
