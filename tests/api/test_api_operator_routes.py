@@ -37,7 +37,9 @@ def _views(client: Client) -> dict[str, Any]:
     return {item.name: item for item in client.maintenance("acme").subscribers}
 
 
-def test_the_stuck_space_is_stuck_as_the_tests_expect(stuck: Stuck) -> None:
+def test_an_oversized_record_parks_the_queue_subscriber_as_the_clients_maintenance_shows(
+    stuck: Stuck,
+) -> None:
     with Client("http://threadline.test", stuck.token(), transport=stuck.transport()) as client:
         views = _views(client)
         assert views["audit"].state == "parked" and views["audit"].cursor == 2

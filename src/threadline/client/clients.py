@@ -327,7 +327,7 @@ class Client:
     ) -> HistoryPage:
         """A page of the Thread's log after seq ``after`` (empty at first): emitted records and
         the runtime's (``submission.settled``, ``approval.requested``, ``approval.decided``,
-        ``message.failed``)."""
+        ``message.failed``, ``subscriber.skipped``)."""
         return self._send(_history_call(space, thread, after, limit))
 
     def approve(

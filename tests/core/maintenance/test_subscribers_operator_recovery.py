@@ -328,3 +328,51 @@ async def _poison_mid_batch() -> None:
 def test_a_queue_subscriber_parks_on_the_oversized_record_itself_so_a_skip_loses_nothing_else(
 ) -> None:
     asyncio.run(_poison_mid_batch())
+
+
+async def _bump() -> None:
+    def app(version: int) -> Application:
+        declared = writer_app()
+        declared.queue("audit", binding="EVENTS", version=version)
+        return declared
+
+    queue = FakeQueue()
+    async with SimulatedObject(app(1), clock=clock(), env={"EVENTS": queue}, space="acme",
+                               check_alarm_invariant=True) as obj:
+        emit(obj, "t", ("note", {"n": 1}))
+        await obj.run_alarms()
+        emit(obj, "t", ("note", {"text": "x" * 130_000}))
+        emit(obj, "t", ("note", {"n": 3}))
+        await obj.run_alarms()
+        assert row(obj, "audit").cursor == 2  # type: ignore[union-attr]
+        await obj.redeploy(app(2))
+        await obj.run_alarms()
+        # The whole log again, and the same parking: a bump never gets past the record.
+        again = row(obj, "audit")
+        assert again is not None and again.parked and again.cursor == 2
+        assert _queued_seqs(queue) == [(1, "note"), (2, "submission.settled")] * 2
+        status, _ = await _post(obj, "/subscribers/audit/skip", {"cursor": 2})
+        assert status == 200
+        await obj.run_alarms()
+        assert _queued_seqs(queue)[4:] == [(4, "submission.settled"), (5, "note"),
+                                           (6, "submission.settled"), (7, SUBSCRIBER_SKIPPED)]
+
+
+def test_a_version_bump_parks_again_on_the_oversized_record_where_a_skip_gets_past_it(
+) -> None:
+    asyncio.run(_bump())
+
+
+async def _forged() -> None:
+    async with SimulatedObject(writer_app(), clock=clock(), space="acme") as obj:
+        forged = emit(obj, "t", (SUBSCRIBER_SKIPPED, {"subscriber": "audit",
+                                                      "skipped_by": "ops:carol"}))
+        await obj.run_alarms()
+        assert obj.submission(forged).outcome is not None
+        assert obj.submission(forged).outcome.value == "failed"
+        assert obj.storage.exec("SELECT COUNT(*) AS n FROM tl_history WHERE kind = ?",
+                                SUBSCRIBER_SKIPPED).one()["n"] == 0
+
+
+def test_an_agent_cannot_forge_an_operators_skip_record() -> None:
+    asyncio.run(_forged())
