@@ -28,6 +28,7 @@ transaction, where a refusal rolls back whatever the transaction wrote.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from threadline.clock import Clock
@@ -202,8 +203,15 @@ class SubscriberOperations:
             after = int(rows[-1]["pos"])
 
     def _commit(
-        self, row: SubscriberRow, cursor: int, *, also: Any = None, thread: str | None = None
+        self,
+        row: SubscriberRow,
+        cursor: int,
+        *,
+        also: Callable[[], None] | None = None,
+        thread: str | None = None,
     ) -> None:
+        """Move ``row``'s cursor to ``cursor`` (compare-and-set on the one read), clear its
+        parking and failures, and run ``also`` in the same gate transaction."""
         spec = self._publication.spec(row.name)
         lanes = (PUBLICATION, NATIVE) if spec is not None and spec.required else (PUBLICATION,)
 

@@ -126,6 +126,9 @@ async def _resume() -> None:
         assert status == 200, answer
         assert answer["state"] == "delivering" and answer["failures"] == 0
         assert answer["error"] is None and answer["detail"] is None
+        # Committed with its alarm: the pass that delivers comes within the minimum delay.
+        assert obj.alarm_at is not None
+        assert obj.alarm_at <= obj.clock.now_ms() + obj.space.scheduler.alarm.min_delay_ms
         await obj.run_alarms()
         # From its cursor: the first submission's records are not delivered again.
         assert [r.seq for r in recorder.records] == [1, 2, 3, 4]
@@ -376,3 +379,32 @@ async def _forged() -> None:
 
 def test_an_agent_cannot_forge_an_operators_skip_record() -> None:
     asyncio.run(_forged())
+
+
+async def _half() -> None:
+    recorder = Recorder()
+    async with SimulatedObject(_refusing_app(recorder), clock=clock(), space="acme",
+                               check_alarm_invariant=True) as obj:
+        _refuse(recorder)
+        emit(obj, "t", ("note", 1))
+        await obj.run_alarms()
+        before = _dump(obj)
+        # The skip's cursor write goes, then the append of its record fails: both roll back.
+        obj.fail_statements("INSERT INTO tl_history")
+        status, _ = await _post(obj, "/subscribers/crm/skip", {"cursor": 0})
+        assert status == 500
+        assert _dump(obj) == before
+        parked = row(obj, "crm")
+        assert parked is not None and parked.parked and parked.cursor == 0
+        # The pass still sees it parked, and the same request then succeeds.
+        await obj.run_alarms()
+        assert recorder.records == []
+        status, _ = await _post(obj, "/subscribers/crm/skip", {"cursor": 0})
+        assert status == 200
+        _accept(recorder)
+        await obj.run_alarms()
+        assert [r.seq for r in recorder.records] == [2, 3]
+
+
+def test_a_skip_whose_log_record_cannot_be_written_changes_nothing() -> None:
+    asyncio.run(_half())
