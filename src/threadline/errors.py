@@ -206,13 +206,21 @@ class DeliveryRefused(ThreadlineError):
     redelivering the same batch would be refused again. ``detail`` (the response's status and
     the start of its body, say) is kept and shown in ``/maintenance`` until a deploy or an
     operator unparks it. Any other exception a subscriber raises is retried with backoff.
+
+    ``record_id`` names the one record refused, when the destination can tell (a Queue message
+    over its size limit) and delivered nothing of the batch: the records before it are then
+    delivered alone first, so the subscriber parks with that record at its cursor, for an
+    operator to skip exactly it.
     """
 
     code = ErrorCode.DELIVERY_REFUSED
 
-    def __init__(self, message: str, *, detail: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, detail: str | None = None, record_id: str | None = None
+    ) -> None:
         super().__init__(message)
         self.detail = detail
+        self.record_id = record_id
 
 
 class SignatureInvalid(ThreadlineError):

@@ -33,6 +33,7 @@ from threadline.maintenance.publication_lane import Publication
 from threadline.maintenance.readout import MaintenanceReadout
 from threadline.maintenance.schedule_lanes import ScheduleRunner, lanes_key
 from threadline.maintenance.subscriber_cursors import subscribers_key
+from threadline.maintenance.subscriber_operations import SubscriberOperations
 from threadline.pause import Pause, no_pause
 from threadline.scheduling import (
     DELAYED,
@@ -168,6 +169,8 @@ class Space:
                 due_queue=self.scheduler.due_queue, publication=self.publication,
             ),
             changes=self.scheduler.gate,
+            operators=SubscriberOperations(
+                storage, gate, self.clock, self.publication, self.scheduler.due_queue),
         )
 
     async def start(self) -> None:

@@ -97,7 +97,8 @@ def test_refusals_for_another_space_and_a_missing_resource_read_the_same(
 
 def _sample_path(template: str) -> str:
     return (template.replace("{space}", "acme").replace("{thread}", "t1")
-            .replace("{submission}", "sub_1").replace("{key}", "k"))
+            .replace("{submission}", "sub_1").replace("{key}", "k")
+            .replace("{subscriber}", "crm").replace("{lane}", "threadline:messages"))
 
 
 @pytest.mark.parametrize("route", [r for r in ROUTES if r.capability is not None],

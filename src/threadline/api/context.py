@@ -14,6 +14,7 @@ from threadline.api.stream_slots import StreamSlots
 from threadline.api.subscribers import ChangeFeed, Subscribers
 from threadline.clock import Clock
 from threadline.config import RuntimeConfig
+from threadline.errors import NotFound
 from threadline.scheduling import DueQueue
 from threadline.storage.port import Storage
 from threadline.threads.agents import AgentRegistry
@@ -85,6 +86,58 @@ class NoMaintenanceSources:
         return ()
 
 
+class OperatorActions(Protocol):
+    """What an operator may do to a stopped subscriber or lane without a deploy.
+
+    Each returns a plain mapping shaped like its response model (``SubscriberView``; for a
+    skip ``{"subscriber": SubscriberView, "skipped": SkippedRecordView}``; ``LaneView``) and
+    raises the API's errors (``NotFound``, ``Conflict``, ``ValidationFailed``) for a refusal,
+    having written nothing. ``threadline.maintenance.subscriber_operations`` is the
+    implementation a ``Space`` wires in; :class:`NoOperatorActions` knows no subscriber or
+    lane.
+    """
+
+    def resume(self, name: str, *, subject: str | None) -> Mapping[str, Any]:
+        """Resume a parked or backing-off subscriber from its cursor."""
+        ...
+
+    def skip(
+        self, name: str, *, cursor: int, record_id: str | None, subject: str | None
+    ) -> Mapping[str, Any]:
+        """Move a stopped subscriber past the one record at its cursor, if still ``cursor``."""
+        ...
+
+    def restart(self, name: str, *, position: int, subject: str | None) -> Mapping[str, Any]:
+        """Deliver from ``position`` of the log."""
+        ...
+
+    def retry_lane(self, lane_id: str, *, subject: str | None) -> Mapping[str, Any]:
+        """Make a parked lane due now."""
+        ...
+
+
+class NoOperatorActions:
+    """Knows no subscriber and no lane: every action is a 404."""
+
+    def resume(self, name: str, *, subject: str | None) -> Mapping[str, Any]:
+        """No subscriber."""
+        raise NotFound(f"no subscriber {name!r} is declared", field="subscriber")
+
+    def skip(
+        self, name: str, *, cursor: int, record_id: str | None, subject: str | None
+    ) -> Mapping[str, Any]:
+        """No subscriber."""
+        raise NotFound(f"no subscriber {name!r} is declared", field="subscriber")
+
+    def restart(self, name: str, *, position: int, subject: str | None) -> Mapping[str, Any]:
+        """No subscriber."""
+        raise NotFound(f"no subscriber {name!r} is declared", field="subscriber")
+
+    def retry_lane(self, lane_id: str, *, subject: str | None) -> Mapping[str, Any]:
+        """No lane."""
+        raise NotFound(f"no lane {lane_id!r} in the due queue", field="lane")
+
+
 @dataclass(frozen=True, slots=True)
 class ApiContext:
     """One object's parts, as the routes use them.
@@ -106,10 +159,15 @@ class ApiContext:
     #: In-process commit notifications that wake the open event streams.
     changes: ChangeFeed
     maintenance: MaintenanceSources = field(default_factory=NoMaintenanceSources)
+    #: The operator's actions on stopped subscribers and parked lanes.
+    operators: OperatorActions = field(default_factory=NoOperatorActions)
     #: The event streams open on this object right now.
     subscribers: Subscribers = field(default_factory=Subscribers)
     #: Slots of the event streams open on this object, against the configured caps.
     streams: StreamSlots = field(default_factory=StreamSlots)
 
 
-__all__ = ["ApiContext", "MaintenanceSources", "NoMaintenanceSources"]
+__all__ = [
+    "ApiContext", "MaintenanceSources", "NoMaintenanceSources", "NoOperatorActions",
+    "OperatorActions",
+]

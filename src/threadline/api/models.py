@@ -165,6 +165,29 @@ class ResolveRequest(_Request):
     result: Json = Field(None, description="The step's result; required with action accept.")
 
 
+class SkipRequest(_Request):
+    """Move a parked or backing-off subscriber past the one record at its cursor."""
+
+    cursor: int = Field(
+        ..., ge=0, le=MAX_SAFE_INTEGER,
+        description="The subscriber's cursor as the operator read it (`/maintenance`): the"
+        " skip is a compare-and-set on it, so a repeated or stale request changes nothing"
+        " (409).")
+    record_id: str | None = Field(
+        None, min_length=1, max_length=1_024,
+        description="The id of the record to skip (the one a refusal's `detail` names): when"
+        " given, the record at the cursor must be this one (409 otherwise).")
+
+
+class RestartRequest(_Request):
+    """Deliver from a position of the space's log."""
+
+    position: int = Field(
+        ..., ge=0, le=MAX_SAFE_INTEGER,
+        description="The log position to deliver after: 0 replays the log from its"
+        " beginning, the log's end (`log_end` in `/maintenance`) takes only what comes next.")
+
+
 class ThreadsQuery(_Query):
     """Paging of the Thread list (keyset: the last id of the previous page)."""
 
@@ -616,8 +639,10 @@ class SubscriberView(_Response):
     state: Literal["delivering", "caught-up", "backing-off", "parked"] = Field(
         description="`caught-up`: nothing past its cursor. `delivering`: records wait and it can"
         " take them. `backing-off`: its last delivery failed; retried at `retry_at`. `parked`:"
-        " its destination refused a batch for good (`detail`); a deploy that bumps its version"
-        " delivers again."
+        " its destination refused a batch for good (`detail`); an operator resumes it, skips the"
+        " record at its cursor or restarts it from a position (`POST .../subscribers/{name}/"
+        "resume`, `/skip`, `/restart`), or a deploy that bumps its version delivers the log"
+        " again."
     )
     cursor: int = Field(description="The log position of the last record it consumed.")
     log_end: int = Field(description="The log position of the space's newest record.")
@@ -633,6 +658,26 @@ class SubscriberView(_Response):
         description="Required subscribers: the Threads whose native work waits for it.")
     waiting_submissions: list[str] = Field(
         description="Required subscribers: the open submissions of those Threads.")
+
+
+class SkippedRecordView(_Response):
+    """The record an operator made a subscriber skip."""
+
+    subscriber: str
+    thread_id: str
+    seq: int
+    record_id: str
+    kind: str
+    submission_id: str | None = None
+    position: int = Field(description="Its position in the space's log: the new cursor.")
+
+
+class SubscriberSkip(_Response):
+    """A subscriber after a skip, and the record it skipped (also in its Thread's log as a
+    `subscriber.skipped` record naming who skipped it)."""
+
+    subscriber: SubscriberView
+    skipped: SkippedRecordView
 
 
 class MaintenanceView(_Response):
@@ -708,13 +753,18 @@ __all__ = [
     "PassReportView",
     "Problem",
     "ResolveRequest",
+    "RestartRequest",
     "ScheduleErrorView",
     "ScheduleList",
     "ScheduleView",
     "ScheduledItem",
+    "SkipRequest",
+    "SkippedRecordView",
     "SubmissionDetail",
     "SubmissionView",
     "SubmitRequest",
+    "SubscriberSkip",
+    "SubscriberView",
     "ThreadItem",
     "ThreadPage",
     "ThreadSummary",

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from threadline.access import Capability
-from threadline.api import events, submissions, threads
+from threadline.api import events, operators, submissions, threads
 from threadline.api import maintenance as maintenance_routes
 from threadline.api.context import ApiContext
 from threadline.api.http import Request, Response, json_response, model_response
@@ -24,12 +24,17 @@ from threadline.api.models import (
     Health,
     HistoryPage,
     HistoryQuery,
+    LaneView,
     MaintenanceView,
     ResolveRequest,
+    RestartRequest,
     ScheduleList,
+    SkipRequest,
     SubmissionDetail,
     SubmissionView,
     SubmitRequest,
+    SubscriberSkip,
+    SubscriberView,
     ThreadPage,
     ThreadsQuery,
     ThreadSummary,
@@ -52,12 +57,20 @@ OPENAPI_PATH = "/v1/openapi.json"
 _SPACE = "/v1/spaces/{space}"
 _THREAD = _SPACE + "/threads/{thread}"
 _SUBMISSION = _THREAD + "/submissions/{submission}"
+_SUBSCRIBER = _SPACE + "/subscribers/{subscriber}"
 
 #: How the read routes answer for a Thread nothing was admitted to yet.
 _NAMED = (
     "A Thread exists for reading once it is named: before its first submission its summary "
     "is empty (zero counts, null `created_at` and `updated_at`) and its history an empty "
     "page. Reading writes nothing."
+)
+
+#: What every operator action promises.
+_OPERATOR = (
+    "One transaction with the lanes it feeds and the alarm: a refusal (404 unknown, 409 not"
+    " stopped or stale, 422 bad position) writes nothing. The principal's subject is logged"
+    " with the action."
 )
 
 _log = logging.getLogger("threadline.api")
@@ -138,6 +151,38 @@ ROUTES: list[Route] = [
     Route("GET", _SPACE + "/schedules", maintenance_routes.schedules, "listSchedules",
           "The schedules the deployment declares: next and last fire, last error, state.",
           {200: (ScheduleList, "The schedules, by id.")}, capability=Capability.ADMIN),
+    Route("POST", _SUBSCRIBER + "/resume", operators.resume, "resumeSubscriber",
+          "Resume a parked or backing-off subscriber from its cursor.",
+          {200: (SubscriberView, "The subscriber, delivering again.")}, problems=(409,),
+          capability=Capability.ADMIN, description=(
+              "Clears the parking and the failure streak and makes the publication lane due"
+              " now; nothing is replayed. 409 when it is neither parked nor backing off (a"
+              " repeated resume). " + _OPERATOR)),
+    Route("POST", _SUBSCRIBER + "/skip", operators.skip, "skipSubscriberRecord",
+          "Move a parked or backing-off subscriber past the one record at its cursor, and"
+          " resume it.",
+          {200: (SubscriberSkip, "The subscriber and the record it skipped.")},
+          body=SkipRequest, problems=(409,), capability=Capability.ADMIN, description=(
+              "The record skipped is the first the subscriber wants past its cursor (the one"
+              " its failed batch began with). A compare-and-set on `cursor`: a repeated or"
+              " stale request is a 409 naming the current cursor (`current`). The skip is"
+              " appended to the record's Thread log as a `subscriber.skipped` record naming"
+              " it and who skipped it (`skipped_by`). " + _OPERATOR)),
+    Route("POST", _SUBSCRIBER + "/restart", operators.restart, "restartSubscriber",
+          "Deliver from a given position of the space's log.",
+          {200: (SubscriberView, "The subscriber, delivering from there.")},
+          body=RestartRequest, capability=Capability.ADMIN, description=(
+              "`position` is from 0 (the log again from its beginning) to the log's end"
+              " (`log_end`: only what comes next); parking and failures are cleared, its"
+              " version is kept. Restarting at the position it is at changes nothing. "
+              + _OPERATOR)),
+    Route("POST", _SPACE + "/lanes/{lane}/retry", operators.retry_lane, "retryLane",
+          "Make a parked lane of the due queue due now, its retry budget refilled.",
+          {200: (LaneView, "The lane, due now.")}, problems=(409,),
+          capability=Capability.ADMIN, description=(
+              "Any parked lane of `/maintenance`'s `lanes`: `threadline:messages`, a host"
+              " lane, a schedule's. 409 when it is not parked (a repeated retry). "
+              + _OPERATOR)),
 ]
 
 ROUTER = Router(ROUTES)

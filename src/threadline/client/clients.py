@@ -32,10 +32,14 @@ from pydantic import BaseModel
 from threadline.api.models import (
     ApprovalView,
     HistoryPage,
+    LaneView,
+    MaintenanceView,
     ScheduleList,
     ScheduleView,
     SubmissionDetail,
     SubmissionView,
+    SubscriberSkip,
+    SubscriberView,
     ThreadPage,
     ThreadSummary,
 )
@@ -201,6 +205,29 @@ def _schedules_call(space: str) -> _Call[ScheduleList]:
     return _Call("GET", _path(space, "schedules"), ScheduleList)
 
 
+def _maintenance_call(space: str) -> _Call[MaintenanceView]:
+    return _Call("GET", _path(space, "maintenance"), MaintenanceView)
+
+
+def _subscriber_call(
+    space: str, name: str, action: str, body: dict[str, Any] | None = None
+) -> _Call[SubscriberView]:
+    return _Call("POST", _path(space, "subscribers", name, action), SubscriberView, json=body)
+
+
+def _skip_call(
+    space: str, name: str, cursor: int, record_id: str | None
+) -> _Call[SubscriberSkip]:
+    body: dict[str, Any] = {"cursor": cursor}
+    if record_id is not None:
+        body["record_id"] = record_id
+    return _Call("POST", _path(space, "subscribers", name, "skip"), SubscriberSkip, json=body)
+
+
+def _retry_lane_call(space: str, lane: str) -> _Call[LaneView]:
+    return _Call("POST", _path(space, "lanes", lane, "retry"), LaneView)
+
+
 def _settled(
     current: SubmissionDetail, submission_id: str, deadline: float,
     monotonic: Callable[[], float],
@@ -300,7 +327,7 @@ class Client:
     ) -> HistoryPage:
         """A page of the Thread's log after seq ``after`` (empty at first): emitted records and
         the runtime's (``submission.settled``, ``approval.requested``, ``approval.decided``,
-        ``message.failed``)."""
+        ``message.failed``, ``subscriber.skipped``)."""
         return self._send(_history_call(space, thread, after, limit))
 
     def approve(
@@ -365,6 +392,30 @@ class Client:
         Reading them starts the space's object, and with it the schedules it declares.
         """
         return self._send(_schedules_call(space)).schedules
+
+    def maintenance(self, space: str) -> MaintenanceView:
+        """The space's maintenance report: lanes, subscribers (cursor, state, the refusal
+        that parked one), schedules, faults, recent passes. Needs ``admin``."""
+        return self._send(_maintenance_call(space))
+
+    def resume_subscriber(self, space: str, name: str) -> SubscriberView:
+        """Resume a parked or backing-off subscriber from its cursor (``admin``)."""
+        return self._send(_subscriber_call(space, name, "resume"))
+
+    def skip_record(
+        self, space: str, name: str, *, cursor: int, record_id: str | None = None
+    ) -> SubscriberSkip:
+        """Move a stopped subscriber past the one record at ``cursor`` (its cursor as read
+        from :meth:`maintenance`) and resume it; logged in the record's Thread (``admin``)."""
+        return self._send(_skip_call(space, name, cursor, record_id))
+
+    def restart_subscriber(self, space: str, name: str, *, position: int) -> SubscriberView:
+        """Deliver from ``position`` of the space's log, 0 to its end (``admin``)."""
+        return self._send(_subscriber_call(space, name, "restart", {"position": position}))
+
+    def retry_lane(self, space: str, lane: str) -> LaneView:
+        """Make a parked lane (``threadline:messages``, a host lane) due now (``admin``)."""
+        return self._send(_retry_lane_call(space, lane))
 
 
 class AsyncClient:
@@ -499,6 +550,31 @@ class AsyncClient:
     async def schedules(self, space: str) -> list[ScheduleView]:
         """See :meth:`Client.schedules`."""
         return (await self._send(_schedules_call(space))).schedules
+
+    async def maintenance(self, space: str) -> MaintenanceView:
+        """See :meth:`Client.maintenance`."""
+        return await self._send(_maintenance_call(space))
+
+    async def resume_subscriber(self, space: str, name: str) -> SubscriberView:
+        """See :meth:`Client.resume_subscriber`."""
+        return await self._send(_subscriber_call(space, name, "resume"))
+
+    async def skip_record(
+        self, space: str, name: str, *, cursor: int, record_id: str | None = None
+    ) -> SubscriberSkip:
+        """See :meth:`Client.skip_record`."""
+        return await self._send(_skip_call(space, name, cursor, record_id))
+
+    async def restart_subscriber(
+        self, space: str, name: str, *, position: int
+    ) -> SubscriberView:
+        """See :meth:`Client.restart_subscriber`."""
+        return await self._send(
+            _subscriber_call(space, name, "restart", {"position": position}))
+
+    async def retry_lane(self, space: str, lane: str) -> LaneView:
+        """See :meth:`Client.retry_lane`."""
+        return await self._send(_retry_lane_call(space, lane))
 
 
 __all__ = ["AsyncClient", "Client", "ThreadEvent", "WaitTimeout", "raise_for_problem"]

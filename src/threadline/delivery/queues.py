@@ -11,10 +11,12 @@ A consumer deduplicates by ``record.record_id``: delivery is at least once.
 The platform bounds a send to 100 messages and 256 KB, and a message to 128 KB: a batch is at
 most 100 records (checked at declaration), a batch over 256 KB is sent in several calls (a
 failure after the first is retried whole, which the deduplication absorbs), and a record over
-128 KB can never be sent, so it parks the subscriber with its id as the detail. A missing
-binding parks it too, until the next start whose environment has it (adding a binding is a
-deploy, which restarts the object): the subscriber resumes from its cursor then. Any error the
-send raises is retried with backoff (when the error names a ``retry_after_ms``, after that).
+128 KB can never be sent: nothing of the batch is sent and the refusal names it, so the
+records before it go alone first and the subscriber parks on it, its id in the detail, for an
+operator to skip. A missing binding parks it too, until the next start whose environment has
+it (adding a binding is a deploy, which restarts the object): the subscriber resumes from its
+cursor then. Any error the send raises is retried with backoff (when the error names a
+``retry_after_ms``, after that).
 """
 
 from __future__ import annotations
@@ -101,6 +103,7 @@ class QueueDestination:
                     "Queue's 128 KB message limit",
                     detail=f"record {record.record_id} of Thread {record.thread_id} "
                            f"(seq {record.seq}) is {size} bytes as a message",
+                    record_id=record.record_id,
                 )
             if sends[-1] and used + size > MAX_SEND_BYTES:
                 sends.append([])

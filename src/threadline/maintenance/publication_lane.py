@@ -18,11 +18,14 @@ order within each Thread. The maintenance pass delivers, through the one alarm:
 * **Failures.** ``deliver`` raising backs the subscriber off (``base * 2^failures``, jittered,
   capped; an exception naming ``retry_after_ms``, as a webhook's ``Retry-After`` does, sets
   the delay instead, within the same cap); raising :class:`~threadline.DeliveryRefused`
-  parks it with the refusal's detail, until a deploy bumps its ``version``. Each delivery is
-  bounded by ``dispatch_timeout`` on the injected clock; past it the coroutine is cancelled
-  and, should it ignore that, abandoned after ``cancel_grace_ms``
-  (:mod:`threadline.abandonment`): it counts as a failure and never holds the pass. A parking
-  is logged once.
+  parks it with the refusal's detail, until an operator resumes, skips or restarts it
+  (:mod:`~threadline.maintenance.subscriber_operations`), a start whose environment lifts the
+  parking resumes it, or a deploy bumps its ``version``. A refusal that names one record of
+  the batch (``record_id``: a Queue message over its size limit) first has the records
+  before it delivered alone, so the parking is on that record. Each delivery is bounded by
+  ``dispatch_timeout`` on the injected clock; past it the coroutine is cancelled and, should
+  it ignore that, abandoned after ``cancel_grace_ms`` (:mod:`threadline.abandonment`): it
+  counts as a failure and never holds the pass. A parking is logged once.
 * **Waves.** A subscriber gets at most :data:`WAVE_BATCHES` batches per round, and a pass runs
   two rounds at most: one beside native work from its start, one after native work joined (for
   what the pass's own Attempts appended). A subscriber still behind then makes the
@@ -76,6 +79,7 @@ from threadline.maintenance.subscriber_cursors import (
     last_position,
     log_end,
     mark_reported,
+    position_of,
     read_batch,
     read_parked,
     read_rows,
@@ -384,7 +388,7 @@ class Publication:
             if not batch.records:
                 self._skip(spec, row, batch.through)
                 continue
-            outcome = await self._deliver(spec, row, batch, now)
+            outcome = await self._deliver(spec, row, batch, now, until)
             if not outcome:
                 break
             delivered = True
@@ -400,7 +404,7 @@ class Publication:
             self._commit(spec, row, through, 0)
 
     async def _deliver(
-        self, spec: SubscriberSpec, row: SubscriberRow, batch: Batch, now: int
+        self, spec: SubscriberSpec, row: SubscriberRow, batch: Batch, now: int, until: int
     ) -> bool:
         """Deliver one batch; True when it was delivered and its cursor written."""
         ctx = DeliveryContext(space=self.space, subscriber=spec.name, env=self.env,
@@ -424,13 +428,31 @@ class Publication:
             return self._failed(spec, row, TimeoutError("delivery was cancelled"))
         error = task.exception()
         if isinstance(error, DeliveryRefused):
-            return self._park(spec, row, error)
+            before = self._before_refused(batch, error.record_id)
+            if before is None:
+                return self._park(spec, row, error)
+            # The records before the one refused go alone first: it is then the one at the
+            # cursor, for an operator to skip exactly it. Without the time, the next wave
+            # reads the batch again.
+            again = self._clock.now_ms()
+            if again + spec.dispatch_timeout_ms > until:
+                return False
+            return await self._deliver(spec, row, before, again, until)
         if error is not None:
             if not isinstance(error, Exception):
                 raise error
             return self._failed(spec, row, error)
         await self._fp.reached(DELIVERED)
         return self._commit(spec, row, batch.through, 1)
+
+    def _before_refused(self, batch: Batch, record_id: str | None) -> Batch | None:
+        """The records of ``batch`` before the one a refusal names (None: it named none, or
+        the first)."""
+        ids = [record.record_id for record in batch.records]
+        if record_id is None or record_id not in ids[1:]:
+            return None
+        kept = batch.records[:ids.index(record_id)]
+        return Batch(kept, position_of(self._storage, kept[-1]))
 
     def _commit(self, spec: SubscriberSpec, row: SubscriberRow, through: int, batches: int) -> bool:
         now = self._clock.now_ms()
@@ -494,6 +516,17 @@ class Publication:
     def _store(self, row: SubscriberRow) -> None:
         if self._rows is not None:
             self._rows[row.name] = row
+
+    def spec(self, name: str) -> SubscriberSpec | None:
+        """The declaration of subscriber ``name`` (None: this deployment declares none)."""
+        return self._specs.get(name)
+
+    def reread(self, name: str) -> None:
+        """An operator moved the row of ``name``: read the rows again, forget what was
+        stepped over in memory past its old cursor, and give it a whole wave again."""
+        self._rows = None
+        self._read.pop(name, None)
+        self._spent.discard(name)
 
     def readout(self) -> list[dict[str, Any]]:
         """What ``/maintenance`` shows of each declared subscriber (reads; writes nothing)."""

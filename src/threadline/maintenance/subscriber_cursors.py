@@ -1,9 +1,11 @@
 """The durable side of subscriber delivery: the cursor rows and the log they point into.
 
 Each declared subscriber has one ``tl_subscribers`` row (:class:`SubscriberRow`): its cursor
-over ``tl_history``, its failures and its parking. This module holds every statement on those
-rows and the reads of the space's log past a cursor (:func:`read_batch`, the required gate's
-lookups); the delivery itself is :mod:`threadline.maintenance.publication_lane`.
+over ``tl_history``, its failures and its parking. This module holds every statement the pass
+makes on those rows and the reads of the space's log past a cursor (:func:`read_batch`, the
+required gate's lookups); the delivery itself is :mod:`threadline.maintenance.publication_lane`,
+and what an operator does to a row (resume, skip, restart) is
+:mod:`threadline.maintenance.subscriber_operations`.
 """
 
 from __future__ import annotations
@@ -90,6 +92,7 @@ _LAST_OF_THREAD = (
     "SELECT pos FROM tl_history WHERE thread_id = ? ORDER BY seq DESC LIMIT 1"
 )
 _THREAD_PAST = "SELECT DISTINCT kind FROM tl_history WHERE thread_id = ? AND pos > ?"
+_POSITION_OF = "SELECT pos FROM tl_history WHERE thread_id = ? AND seq = ?"
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +275,11 @@ def kinds_past(storage: Storage, thread_id: str, cursor: int) -> Iterator[str]:
         yield str(item["kind"])
 
 
+def position_of(storage: Storage, record: Record) -> int:
+    """The position of ``record`` in the space's log (one primary-key seek)."""
+    return int(storage.exec(_POSITION_OF, record.thread_id, record.seq).one()["pos"])
+
+
 __all__ = [
     "RECORD_ENVELOPE_BYTES",
     "SKIP_PERSIST",
@@ -283,6 +291,7 @@ __all__ = [
     "last_position",
     "log_end",
     "mark_reported",
+    "position_of",
     "read_batch",
     "read_parked",
     "read_rows",

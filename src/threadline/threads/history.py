@@ -3,9 +3,10 @@
 It holds what agents emit and, under the reserved kinds of :mod:`threadline.threads.records`, the
 runtime's own facts: a settlement (``submission.settled``), an approval request
 (``approval.requested``) and its decision (``approval.decided``), a message refused for good
-(``message.failed``). Each record is appended in the transaction of the fact it reports, so a
-consumer that has read a Thread up to some seq has missed nothing before it: the SSE stream
-resumes from a seq, subscribers keep one cursor per Thread.
+(``message.failed``), a record an operator made a subscriber skip (``subscriber.skipped``).
+Each record is appended in the transaction of the fact it reports, so a consumer that has read a
+Thread up to some seq has missed nothing before it: the SSE stream resumes from a seq,
+subscribers keep one cursor per Thread.
 
 Record ids are derived from the submission and the record's place in it (``<submission>:settled``,
 ``<submission>:approval:<key>``, ``<submission>:approval:<key>:decided``,

@@ -25,6 +25,11 @@ APPROVAL_DECIDED = "approval.decided"
 #: A message this Thread sent was refused for good: ``{"message_id", "to_space", "to_thread",
 #: "reason"}``.
 MESSAGE_FAILED = "message.failed"
+#: An operator moved a subscriber past a record it could not deliver: ``{"subscriber",
+#: "record_id", "seq", "kind", "position", "submission_id"?, "skipped_by"?}`` (the skipped
+#: record's id, seq and kind, its position in the space's log, and the subject of the principal
+#: who skipped it, only when known), appended to the skipped record's Thread.
+SUBSCRIBER_SKIPPED = "subscriber.skipped"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,5 +59,6 @@ class Record:
 
 
 __all__ = [
-    "APPROVAL_DECIDED", "APPROVAL_REQUESTED", "MESSAGE_FAILED", "SUBMISSION_SETTLED", "Record",
+    "APPROVAL_DECIDED", "APPROVAL_REQUESTED", "MESSAGE_FAILED", "SUBMISSION_SETTLED",
+    "SUBSCRIBER_SKIPPED", "Record",
 ]

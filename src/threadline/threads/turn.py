@@ -55,8 +55,9 @@ FOLLOWUPS_JOINED = "followups:joined"
 #: What ``emit(kind=...)`` accepts: a letter, then up to 63 of ``[A-Za-z0-9_.:-]``.
 KIND_PATTERN = r"[A-Za-z][A-Za-z0-9_.:-]{0,63}"
 #: Record kinds the runtime publishes itself (``submission.settled``, ``approval.requested``,
-#: ``approval.decided``) and may add to; an agent's record may not pass for one of them.
-RESERVED_KIND_PREFIXES = ("submission.", "approval.", "threadline.")
+#: ``approval.decided``, ``subscriber.skipped``) and may add to; an agent's record may not pass
+#: for one of them (an operator's skip, with who did it, least of all).
+RESERVED_KIND_PREFIXES = ("submission.", "approval.", "subscriber.", "threadline.")
 
 _KIND = re.compile(KIND_PATTERN)
 
