@@ -9,7 +9,7 @@ the Worker's edge needs no round trip and keeps no state to accept one::
     )
 
 A token reads ``tl1.<key id>.<payload>.<signature>``: the payload is base64url JSON (space,
-Thread, capabilities, issue and expiry times, subject) and the signature HMAC-SHA256 over
+Thread, capabilities, issue and expiry times, subject, and a random id naming this token) and the signature HMAC-SHA256 over
 ``tl1.<key id>.<payload>`` with the key the id names. ``THREADLINE_SIGNING_KEYS`` holds
 ``<key id>:<secret>`` entries separated by commas; the first mints, every one verifies, so a
 token minted before a rotation keeps working until it expires.
@@ -23,6 +23,7 @@ import hashlib
 import hmac
 import json
 import re
+import secrets
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -55,6 +56,7 @@ DEFAULT_SKEW = timedelta(seconds=30)
 MIN_SECRET_LENGTH = 32
 
 _KEY_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
+_MAX_STREAM_KEY = MAX_SUBJECT_CHARS + 16
 
 
 class Capability(StrEnum):
@@ -118,6 +120,9 @@ class Principal:
     capabilities: frozenset[Capability] = ALL_CAPABILITIES
     space: str | None = None
     thread: str | None = None
+    #: When the principal's credential stops working (epoch seconds); None: it does not (the
+    #: API token, a hook's principal). A token it mints never outlives it.
+    expires_at: int | None = None
     #: Counted under this key against ``max_event_streams_per_subject``; derived from the
     #: subject when not given (principals without one share one key). Empty: not capped per
     #: subject (the deployment's own API token, see :data:`OPERATOR`).
@@ -148,12 +153,27 @@ class Principal:
         return self.thread is None or self.thread == thread
 
     def covers(self, other: Principal) -> bool:
-        """True if ``other`` grants nothing this principal lacks (a token it may mint)."""
+        """True if ``other`` grants nothing this principal lacks (a token it may mint).
+
+        Nothing it lacks includes time and identity: ``other`` expires no later than this
+        principal, and a principal with a subject covers only that subject. A principal with
+        no subject names any subject only if its credential is not a token (the API token, a
+        hook's principal without a subject): a scoped token without a subject mints only
+        tokens without one.
+        """
         if not other.capabilities <= self.capabilities:
             return False
         if self.space is not None and other.space != self.space:
             return False
-        return self.thread is None or other.thread == self.thread
+        if self.thread is not None and other.thread != self.thread:
+            return False
+        if self.expires_at is not None and (
+            other.expires_at is None or other.expires_at > self.expires_at
+        ):
+            return False
+        if self.subject is not None or self.expires_at is not None:
+            return other.subject == self.subject
+        return True
 
 
 #: The holder of the deployment's API token (``THREADLINE_API_TOKEN``): everything, everywhere.
@@ -236,9 +256,18 @@ def _b64(data: bytes) -> str:
 
 
 def _unb64(text: str) -> bytes:
+    """Decode unpadded base64url, refusing every text but the one :func:`_b64` writes.
+
+    The last character of a part may carry bits the decoder ignores; left unchecked, several
+    token texts would verify as one token, and anything keyed on the text (a deny-list, a
+    replay cache, a log search) would miss the others.
+    """
     if not re.fullmatch(r"[A-Za-z0-9_-]*", text):
         raise binascii.Error("not base64url")
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if _b64(data) != text:
+        raise binascii.Error("not the canonical base64url of its bytes")
+    return data
 
 
 def _signature(key: bytes, signed: str) -> bytes:
@@ -258,12 +287,18 @@ def mint(
     ttl: timedelta = timedelta(minutes=15),
     subject: str | None = None,
     now_ms: int | None = None,
+    stream_key: str | None = None,
+    token_id: str | None = None,
 ) -> str:
     """A scoped token for ``space`` (and only ``thread`` when given), valid for ``ttl``.
 
     ``secret`` is the value of ``THREADLINE_SIGNING_KEYS`` (or parsed :class:`SigningKeys`);
     the first key signs. ``now_ms`` is the minting time in epoch milliseconds (default: the
-    system clock; tests pass a ``ManualClock``'s time). Raises ``ValueError`` for
+    system clock; tests pass a ``ManualClock``'s time). ``stream_key``, for a token without a
+    subject, names whose share of event streams the token's streams count against (the
+    minting principal's, see ``POST /v1/tokens``); default: the token's own. ``token_id``
+    names the token (default: 16 random bytes; two tokens minted alike still differ). Raises
+    ``ValueError`` for
     an unknown capability, an id outside ``[A-Za-z0-9._:-]{1,128}``, or a ``ttl`` that is not
     positive or exceeds seven days.
     """
@@ -279,7 +314,12 @@ def mint(
     if not timedelta(0) < ttl <= MAX_TTL:
         raise ValueError(f"ttl must be positive and at most {MAX_TTL}")
     issued = (SystemClock().now_ms() if now_ms is None else now_ms) // 1000
+    if token_id is None:
+        token_id = _b64(secrets.token_bytes(16))
+    elif not _KEY_ID.fullmatch(token_id):
+        raise ValueError("token_id must be 1 to 32 characters of [A-Za-z0-9_-]")
     payload: dict[str, Any] = {
+        "jti": token_id,
         "sp": space,
         "cap": sorted(c.value for c in granted),
         "iat": issued,
@@ -289,6 +329,11 @@ def mint(
         payload["th"] = thread
     if subject is not None:
         payload["sub"] = subject
+    elif stream_key:
+        if len(stream_key) > _MAX_STREAM_KEY or not stream_key.isprintable():
+            raise ValueError(f"stream_key must be printable text of at most {_MAX_STREAM_KEY}"
+                             " characters")
+        payload["sk"] = stream_key
     body = _b64(json.dumps(payload, separators=(",", ":"), sort_keys=True).encode())
     signed = f"{TOKEN_VERSION}.{keys.current}.{body}"
     return f"{signed}.{_b64(_signature(keys.keys[keys.current], signed))}"
@@ -301,10 +346,13 @@ def looks_like_token(credential: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Verified:
-    """A scoped token that verified: its principal and expiry (epoch seconds)."""
+    """A scoped token that verified: its principal, expiry and issue time (epoch seconds) and
+    its id (None for a token minted before tokens had one)."""
 
     principal: Principal
     expires_at: int
+    issued_at: int = 0
+    token_id: str | None = None
 
 
 def verify(
@@ -336,7 +384,7 @@ def verify(
         raise TokenRejected("bad signature")
     try:
         payload = json.loads(_unb64(body))
-        principal, issued, expires = _principal(payload, signature)
+        principal, issued, expires, token_id = _principal(payload, signature)
     except (binascii.Error, ValueError, TypeError, KeyError):
         raise TokenRejected("malformed payload") from None
     now_s = now_ms / 1000
@@ -345,30 +393,41 @@ def verify(
         raise TokenRejected("issued in the future")
     if expires + allowance <= now_s:
         raise TokenRejected("expired", expired=True)
-    return Verified(principal, expires)
+    return Verified(principal, expires, issued, token_id)
 
 
-def _principal(payload: Any, signature: str) -> tuple[Principal, int, int]:
+def _principal(payload: Any, signature: str) -> tuple[Principal, int, int, str | None]:
     if not isinstance(payload, dict):
         raise ValueError("payload is not an object")
     issued, expires = payload["iat"], payload["exp"]
     if not all(type(v) is int for v in (issued, expires)) or expires <= issued:
         raise ValueError("bad lifetime")
+    if expires - issued > MAX_TTL.total_seconds():
+        raise ValueError("lifetime past the bound")
     capabilities = payload["cap"]
     if not isinstance(capabilities, list) or not capabilities:
         raise ValueError("bad capabilities")
+    token_id = payload.get("jti")
+    if token_id is not None and not (isinstance(token_id, str) and _KEY_ID.fullmatch(token_id)):
+        raise ValueError("bad token id")
     subject = payload.get("sub")
+    shared = payload.get("sk")
+    if shared is not None and (subject is not None or not isinstance(shared, str) or not shared):
+        raise ValueError("bad stream key")
     principal = Principal(
         subject=subject,
         capabilities=_capabilities(capabilities),
         space=payload["sp"],
         thread=payload.get("th"),
-        # Without a subject each token is its own principal for the stream cap.
-        stream_key=None if subject is not None else "token:" + signature[:22],
+        expires_at=expires,
+        # Without a subject each token is its own principal for the stream cap, unless it was
+        # minted by a principal whose share it takes.
+        stream_key=None if subject is not None else shared or "token:" + (
+            token_id or signature[:22]),
     )
     if principal.space is None:
         raise ValueError("no space")
-    return principal, issued, expires
+    return principal, issued, expires, token_id
 
 
 __all__ = [

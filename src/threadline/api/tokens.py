@@ -2,7 +2,9 @@
 the library.
 
 The Worker answers it itself (it holds the signing keys; the space's object does not): a
-principal may mint only what it could do itself, for at most seven days.
+principal may mint only what it could do itself, as itself, for no longer than it lasts
+(seven days at most). A token minted by a principal with a subject carries that subject; one
+minted without a subject counts its event streams against its minter's share.
 """
 
 from __future__ import annotations
@@ -46,11 +48,13 @@ class TokenRequest(BaseModel):
         json_schema_extra={"uniqueItems": True},
     )
     ttl_seconds: int = Field(
-        900, ge=1, le=int(MAX_TTL.total_seconds()), description="Lifetime in seconds.")
+        900, ge=1, le=int(MAX_TTL.total_seconds()),
+        description="Lifetime in seconds; cut to what is left of the minting token's own.")
     subject: str | None = Field(
         None, min_length=1, max_length=256,
         description="Who the holder is; recorded on what the token causes. Printable text"
-                    " without surrounding whitespace.")
+                    " without surrounding whitespace. Credentials with a subject mint only"
+                    " for their own; a scoped token without one mints only without one.")
 
     @field_validator("space", "thread")
     @classmethod
@@ -83,17 +87,26 @@ class TokenGrant(BaseModel):
 
 def mint_for(principal: Principal, request: Request, keys: SigningKeys, now_ms: int) -> Response:
     """Mint what ``request``'s body asks for on behalf of ``principal``; 403 beyond its own
-    reach (another space or Thread, a capability it lacks)."""
+    reach (another space or Thread, a capability it lacks, another subject) or once it has
+    expired. The lifetime is cut to what is left of ``principal``'s."""
     wanted = read_body(request, TokenRequest)
+    issued = now_ms // 1000
+    ttl = wanted.ttl_seconds
+    if principal.expires_at is not None:
+        left = principal.expires_at - issued
+        if left <= 0:
+            raise Forbidden("these credentials cannot grant that scope")
+        ttl = min(ttl, left)
     requested = Principal(
         subject=wanted.subject, capabilities=frozenset(Capability(c) for c in wanted.capabilities),
-        space=wanted.space, thread=wanted.thread,
+        space=wanted.space, thread=wanted.thread, expires_at=issued + ttl,
     )
     if Capability.ADMIN not in principal.capabilities or not principal.covers(requested):
         raise Forbidden("these credentials cannot grant that scope")
     token = mint(
         keys, space=wanted.space, thread=wanted.thread, capabilities=wanted.capabilities,
-        ttl=timedelta(seconds=wanted.ttl_seconds), subject=wanted.subject, now_ms=now_ms,
+        ttl=timedelta(seconds=ttl), subject=wanted.subject, now_ms=now_ms,
+        stream_key=principal.stream_key if wanted.subject is None else None,
     )
     expires = verify(token, keys, now_ms=now_ms).expires_at
     return model_response(201, TokenGrant(
