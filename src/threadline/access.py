@@ -9,10 +9,10 @@ the Worker's edge needs no round trip and keeps no state to accept one::
     )
 
 A token reads ``tl1.<key id>.<payload>.<signature>``: the payload is base64url JSON (space,
-Thread, capabilities, issue and expiry times, subject, and a random id naming this token) and the signature HMAC-SHA256 over
-``tl1.<key id>.<payload>`` with the key the id names. ``THREADLINE_SIGNING_KEYS`` holds
-``<key id>:<secret>`` entries separated by commas; the first mints, every one verifies, so a
-token minted before a rotation keeps working until it expires.
+Thread, capabilities, issue and expiry times, subject, and a random id naming this token) and
+the signature HMAC-SHA256 over ``tl1.<key id>.<payload>`` with the key the id names.
+``THREADLINE_SIGNING_KEYS`` holds ``<key id>:<secret>`` entries separated by commas; the first
+mints, every one verifies, so a token minted before a rotation keeps working until it expires.
 """
 
 from __future__ import annotations

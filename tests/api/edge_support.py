@@ -11,7 +11,7 @@ from threadline import access
 from threadline.api import edge
 from threadline.api.http import Request, Response
 
-API_TOKEN = "the-api-token"
+API_TOKEN = "the-api-token-" + "a" * 32
 KEYS = "k1:" + "s" * 40
 ORIGIN = "https://app.example"
 

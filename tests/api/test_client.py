@@ -16,7 +16,7 @@ from threadline.api import edge
 from threadline.api.http import Request
 from threadline.client import AsyncClient, Client, WaitTimeout
 
-TOKEN = "client-test-token"
+TOKEN = "client-test-token-" + "c" * 32
 BASE = "http://threadline.test"
 
 

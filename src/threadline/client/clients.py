@@ -8,7 +8,7 @@ and the whole problem document in ``error.extra["problem"]``::
 
     from threadline.client import Client
 
-    with Client("http://127.0.0.1:8787", token="dev-token-change-me") as client:
+    with Client("http://127.0.0.1:8787", token="dev-token-change-me-0123456789abcdef") as client:
         sub = client.submit("demo", "t1", {"text": "hi"}, agent="echo")
         done = client.wait("demo", "t1", sub.id, timeout=10)
         print(done.result)
