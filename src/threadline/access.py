@@ -32,7 +32,7 @@ from typing import Any
 
 from threadline.clock import SystemClock
 from threadline.errors import ValidationFailed
-from threadline.threads.model import MAX_SUBJECT_CHARS, check_id, valid_subject
+from threadline.threads.model import MAX_SUBJECT_CHARS, check_id, check_space_id, valid_subject
 
 #: The secret holding the signing keys of scoped tokens.
 SIGNING_KEYS_SECRET = "THREADLINE_SIGNING_KEYS"  # noqa: S105 - the name of the secret
@@ -93,7 +93,7 @@ def _capabilities(values: Iterable[str]) -> frozenset[Capability]:
 def _scope_id(name: str, value: str | None) -> str | None:
     if value is not None:
         try:
-            check_id(value, field=name)
+            (check_space_id if name == "space" else check_id)(value, field=name)
         except ValidationFailed as refused:
             raise ValueError(refused.message) from None
     return value

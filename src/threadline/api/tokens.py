@@ -26,7 +26,7 @@ from threadline.api.body import read_body
 from threadline.api.http import Request, Response, model_response
 from threadline.api.models import ID_REGEX
 from threadline.errors import Forbidden
-from threadline.threads.model import valid_subject
+from threadline.threads.model import RESERVED_SPACE_PREFIX, valid_subject
 
 _Id = Annotated[str, Field(pattern=ID_REGEX, max_length=128)]
 #: A capability's name (see :class:`threadline.access.Capability`).
@@ -61,6 +61,13 @@ class TokenRequest(BaseModel):
     def _not_a_dot_segment(cls, value: str | None) -> str | None:
         if value in (".", ".."):
             raise ValueError("must not be '.' or '..'")
+        return value
+
+    @field_validator("space")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        if value.startswith(RESERVED_SPACE_PREFIX):
+            raise ValueError(f"must not start with {RESERVED_SPACE_PREFIX!r}")
         return value
 
     @field_validator("subject")

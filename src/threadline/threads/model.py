@@ -409,6 +409,21 @@ def check_id(value: str, *, field: str) -> str:
     return value
 
 
+#: Prefix of the space ids threadline keeps for its own objects (``threadline:health`` answers
+#: every open request): no client, token or message names one.
+RESERVED_SPACE_PREFIX = "threadline:"
+
+
+def check_space_id(value: str, *, field: str = "space") -> str:
+    """:func:`check_id`, and refuse the :data:`RESERVED_SPACE_PREFIX`."""
+    check_id(value, field=field)
+    if value.startswith(RESERVED_SPACE_PREFIX):
+        raise ValidationFailed(
+            f"{field} may not start with {RESERVED_SPACE_PREFIX!r}: those spaces are"
+            " threadline's own", field=field)
+    return value
+
+
 #: Longest subject recorded: the bound ``threadline.access`` puts on a principal's subject.
 MAX_SUBJECT_CHARS = 256
 
@@ -461,6 +476,7 @@ __all__ = [
     "MAX_ERROR_MESSAGE_CHARS",
     "MAX_SLEEP_SECONDS",
     "MAX_SUBJECT_CHARS",
+    "RESERVED_SPACE_PREFIX",
     "SCHEDULED",
     "AbortState",
     "Admission",
@@ -479,6 +495,7 @@ __all__ = [
     "WaitState",
     "WorkItem",
     "check_id",
+    "check_space_id",
     "check_subject",
     "decode_json",
     "digest",
