@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 from threadline.clock import to_epoch_ms
+from threadline.threads.model import RUNTIME_KEY_PREFIXES, is_runtime_key
 
 #: The pattern every id in a path or body follows (``.`` and ``..`` are refused besides).
 ID_REGEX = r"^[A-Za-z0-9._:-]{1,128}$"
@@ -110,6 +111,8 @@ class SubmitRequest(_Request):
         description=(
             "Replays with the same key and input return the first submission, whether it was"
             " admitted at once or is still scheduled; the key with other input is a 409."
+            " Keys starting with `schedule:`, `msg:`, `sub_` or `threadline:` are the"
+            " runtime's own (422)."
         ),
     )
     not_before: DateTimeText | EpochMs | None = Field(
@@ -122,6 +125,15 @@ class SubmitRequest(_Request):
             " days ahead is refused."
         ),
     )
+
+    @field_validator("idempotency_key")
+    @classmethod
+    def _not_the_runtimes(cls, value: str | None) -> str | None:
+        if value is not None and is_runtime_key(value):
+            raise ValueError(
+                "keys starting with " + ", ".join(RUNTIME_KEY_PREFIXES) + " are derived by the"
+                " runtime (schedule fires, messages, follow-ups); choose another")
+        return value
 
     @field_validator("not_before", mode="before")
     @classmethod

@@ -409,6 +409,19 @@ def check_id(value: str, *, field: str) -> str:
     return value
 
 
+#: Prefixes of the idempotency keys the runtime derives itself: a schedule fire's
+#: (``schedule:``), a message's admission (``msg:``), an agent's follow-up (``<submission
+#: id>:submit``, ``sub_``), and any of threadline's own to come. A client's key never starts
+#: with one, so no client can take such a key before the runtime uses it.
+RUNTIME_KEY_PREFIXES = ("schedule:", "msg:", "sub_", "threadline:")
+
+
+def is_runtime_key(key: str) -> bool:
+    """True if ``key`` is of the shape only the runtime derives (see
+    :data:`RUNTIME_KEY_PREFIXES`)."""
+    return key.startswith(RUNTIME_KEY_PREFIXES)
+
+
 #: Prefix of the space ids threadline keeps for its own objects (``threadline:health`` answers
 #: every open request): no client, token or message names one.
 RESERVED_SPACE_PREFIX = "threadline:"
@@ -477,6 +490,7 @@ __all__ = [
     "MAX_SLEEP_SECONDS",
     "MAX_SUBJECT_CHARS",
     "RESERVED_SPACE_PREFIX",
+    "RUNTIME_KEY_PREFIXES",
     "SCHEDULED",
     "AbortState",
     "Admission",
@@ -501,4 +515,5 @@ __all__ = [
     "digest",
     "encode_json",
     "error_envelope",
+    "is_runtime_key",
 ]
