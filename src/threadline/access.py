@@ -42,6 +42,13 @@ SUBJECT_HEADER = "threadline-subject"
 #: Request header the Worker sets on a forwarded request: the key under which the object counts
 #: the principal's open event streams. Absent: the principal is not capped per subject.
 STREAM_KEY_HEADER = "threadline-stream-key"
+#: Request header the Worker sets on a request made with a scoped token: the ids of the token
+#: and of the tokens it was minted from, comma-separated (see :class:`TokenLineage`). The
+#: object refuses the request when it has revoked any of them.
+TOKEN_IDS_HEADER = "threadline-token-ids"  # noqa: S105 - a header name
+#: Request header the Worker sets beside :data:`TOKEN_IDS_HEADER`: when the token's lineage
+#: began (epoch seconds), which a revocation of a subject's earlier tokens compares.
+TOKEN_ISSUED_HEADER = "threadline-token-issued"  # noqa: S105 - a header name
 #: Prefix of every header only the Worker may set on a forwarded request.
 INTERNAL_HEADER_PREFIX = "threadline-"
 
@@ -107,6 +114,25 @@ def _subject(value: str | None) -> str | None:
     return value
 
 
+#: The most tokens a lineage holds (a token, its minter, its minter's minter...): minting
+#: from a token that deep is refused, so that every token names all it descends from.
+MAX_LINEAGE = 8
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLineage:
+    """Where a scoped token comes from: what revoking any of its ancestors must also cut off.
+
+    ``ids`` are the token's own id and those of the tokens it was minted from, oldest first
+    (empty for a token minted before tokens had ids); ``issued_at`` is when the oldest of
+    them was issued (epoch seconds): a subject's tokens revoked "issued before T" include
+    every token minted later from one issued before T.
+    """
+
+    ids: tuple[str, ...]
+    issued_at: int
+
+
 @dataclass(frozen=True, slots=True)
 class Principal:
     """Who a request comes from and what it may do.
@@ -127,6 +153,8 @@ class Principal:
     #: subject when not given (principals without one share one key). Empty: not capped per
     #: subject (the deployment's own API token, see :data:`OPERATOR`).
     stream_key: str | None = field(default=None, compare=False)
+    #: The scoped token this principal holds (None: the API token, a hook's principal).
+    token: TokenLineage | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "capabilities", _capabilities(self.capabilities))
@@ -171,7 +199,7 @@ class Principal:
             other.expires_at is None or other.expires_at > self.expires_at
         ):
             return False
-        if self.subject is not None or self.expires_at is not None:
+        if self.subject is not None or self.token is not None:
             return other.subject == self.subject
         return True
 
@@ -289,6 +317,7 @@ def mint(
     now_ms: int | None = None,
     stream_key: str | None = None,
     token_id: str | None = None,
+    lineage: TokenLineage | None = None,
 ) -> str:
     """A scoped token for ``space`` (and only ``thread`` when given), valid for ``ttl``.
 
@@ -297,8 +326,10 @@ def mint(
     system clock; tests pass a ``ManualClock``'s time). ``stream_key``, for a token without a
     subject, names whose share of event streams the token's streams count against (the
     minting principal's, see ``POST /v1/tokens``); default: the token's own. ``token_id``
-    names the token (default: 16 random bytes; two tokens minted alike still differ). Raises
-    ``ValueError`` for
+    names the token (default: 16 random bytes; two tokens minted alike still differ).
+    ``lineage`` is the minting token's, for a token minted from another (``POST /v1/tokens``):
+    the new token names it, so that revoking any of them revokes the new one too. Raises
+    ``ValueError`` for a lineage already :data:`MAX_LINEAGE` deep, and for
     an unknown capability, an id outside ``[A-Za-z0-9._:-]{1,128}``, or a ``ttl`` that is not
     positive or exceeds seven days.
     """
@@ -325,6 +356,11 @@ def mint(
         "iat": issued,
         "exp": issued + int(ttl.total_seconds()),
     }
+    if lineage is not None and lineage.ids:
+        if len(lineage.ids) >= MAX_LINEAGE:
+            raise ValueError(f"a token descends from at most {MAX_LINEAGE - 1} others")
+        payload["anc"] = list(lineage.ids)
+        payload["fiat"] = min(lineage.issued_at, issued)
     if thread is not None:
         payload["th"] = thread
     if subject is not None:
@@ -410,6 +446,15 @@ def _principal(payload: Any, signature: str) -> tuple[Principal, int, int, str |
     token_id = payload.get("jti")
     if token_id is not None and not (isinstance(token_id, str) and _KEY_ID.fullmatch(token_id)):
         raise ValueError("bad token id")
+    ancestors = payload.get("anc", [])
+    family_issued = payload.get("fiat", issued)
+    if (not isinstance(ancestors, list) or len(ancestors) >= MAX_LINEAGE
+            or not all(isinstance(a, str) and _KEY_ID.fullmatch(a) for a in ancestors)
+            or (ancestors and token_id is None)
+            or type(family_issued) is not int or family_issued > issued):
+        raise ValueError("bad lineage")
+    own = () if token_id is None else (token_id,)
+    lineage = TokenLineage(ids=(*ancestors, *own), issued_at=family_issued)
     subject = payload.get("sub")
     shared = payload.get("sk")
     if shared is not None and (subject is not None or not isinstance(shared, str) or not shared):
@@ -424,6 +469,7 @@ def _principal(payload: Any, signature: str) -> tuple[Principal, int, int, str |
         # minted by a principal whose share it takes.
         stream_key=None if subject is not None else shared or "token:" + (
             token_id or signature[:22]),
+        token=lineage,
     )
     if principal.space is None:
         raise ValueError("no space")
@@ -434,6 +480,7 @@ __all__ = [
     "ALL_CAPABILITIES",
     "DEFAULT_SKEW",
     "INTERNAL_HEADER_PREFIX",
+    "MAX_LINEAGE",
     "MAX_TOKEN_LENGTH",
     "MAX_TTL",
     "MIN_SECRET_LENGTH",
@@ -441,12 +488,15 @@ __all__ = [
     "SIGNING_KEYS_SECRET",
     "STREAM_KEY_HEADER",
     "SUBJECT_HEADER",
+    "TOKEN_IDS_HEADER",
+    "TOKEN_ISSUED_HEADER",
     "TOKEN_VERSION",
     "AccessRequest",
     "Authorizer",
     "Capability",
     "Principal",
     "SigningKeys",
+    "TokenLineage",
     "TokenRejected",
     "Verified",
     "looks_like_token",

@@ -18,8 +18,9 @@ order:
 6. the route's capability, space and Thread must be within the principal's reach: else 403,
    saying nothing of what exists;
 7. the request is forwarded without the credential (the query token is cut from the URL), with
-   any ``threadline-*`` header the client sent dropped and the principal's subject and stream
-   key set for the object.
+   any ``threadline-*`` header the client sent dropped and the principal's subject, stream
+   key and token lineage set for the object (which refuses a revoked token, see
+   :mod:`threadline.api.revocations`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from threadline.access import (
     SIGNING_KEYS_SECRET,
     STREAM_KEY_HEADER,
     SUBJECT_HEADER,
+    TOKEN_IDS_HEADER,
+    TOKEN_ISSUED_HEADER,
     AccessRequest,
     Authorizer,
     Principal,
@@ -300,6 +303,9 @@ class Edge:
             kept[SUBJECT_HEADER] = principal.subject
         if principal.stream_key:
             kept[STREAM_KEY_HEADER] = principal.stream_key
+        if principal.token is not None and principal.token.ids:
+            kept[TOKEN_IDS_HEADER] = ",".join(principal.token.ids)
+            kept[TOKEN_ISSUED_HEADER] = str(principal.token.issued_at)
         query = urlencode(
             [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != QUERY_TOKEN]
         )

@@ -12,7 +12,7 @@ import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from threadline.clock import to_epoch_ms
 from threadline.threads.model import RUNTIME_KEY_PREFIXES, is_runtime_key
@@ -687,6 +687,64 @@ class Problem(BaseModel):
     errors: list[FieldError] | None = None
 
 
+# -- revocations ---------------------------------------------------------------------------
+
+#: A scoped token's id, as ``POST /v1/tokens`` answers it (``token_id``).
+TokenId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,32}$")]
+
+
+class RevokeRequest(_Request):
+    """What to revoke in this space: one token (and every token minted from it), or every
+    token of one subject issued before a time."""
+
+    token_id: TokenId | None = Field(
+        None, description="The token to revoke, with every token minted from it.")
+    subject: str | None = Field(
+        None, min_length=1, max_length=256,
+        description="Revoke every token of this subject issued before `issued_before` (and"
+                    " every token minted from one of them).")
+    issued_before: DateTimeText | EpochMs | None = Field(
+        None, description="With `subject`: RFC 3339 with an offset, or epoch milliseconds;"
+                          " default: now. Tokens are compared by the second they were issued.")
+    reason: str | None = Field(None, max_length=500, description="Kept for operators.")
+
+    @field_validator("issued_before", mode="before")
+    @classmethod
+    def _time_form(cls, value: object) -> object:
+        if isinstance(value, str):
+            return due_from_text(value)
+        return value
+
+    @model_validator(mode="after")
+    def _one_target(self) -> RevokeRequest:
+        if (self.token_id is None) == (self.subject is None):
+            raise ValueError("give exactly one of token_id and subject")
+        if self.token_id is not None and self.issued_before is not None:
+            raise ValueError("issued_before goes with subject only")
+        return self
+
+
+class RevocationView(_Response):
+    """One revocation in force."""
+
+    id: int
+    token_id: str | None = Field(description="The token revoked (and those minted from it).")
+    subject: str | None = Field(description="The subject whose earlier tokens are revoked.")
+    issued_before: int | None = Field(
+        description="Tokens of `subject` issued before this (epoch ms) are refused.")
+    revoked_at: int
+    revoked_by: str | None = Field(description="The subject of the operator who revoked.")
+    reason: str | None
+    kept_until: int = Field(
+        description="When it is dropped (epoch ms): every token it refuses has expired by then.")
+
+
+class RevocationList(_Response):
+    """The space's revocations in force, oldest first."""
+
+    revocations: list[RevocationView]
+
+
 __all__ = [
     "ID_REGEX",
     "MAX_SAFE_INTEGER",
@@ -714,6 +772,9 @@ __all__ = [
     "PassReportView",
     "Problem",
     "ResolveRequest",
+    "RevocationList",
+    "RevocationView",
+    "RevokeRequest",
     "ScheduleErrorView",
     "ScheduleList",
     "ScheduleView",
@@ -725,6 +786,7 @@ __all__ = [
     "ThreadPage",
     "ThreadSummary",
     "ThreadsQuery",
+    "TokenId",
     "ViewStateName",
     "WaitView",
     "due_from_text",

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from threadline.access import Capability
-from threadline.api import events, submissions, threads
+from threadline.api import events, revocations, submissions, threads
 from threadline.api import maintenance as maintenance_routes
 from threadline.api.context import ApiContext
 from threadline.api.http import Request, Response, json_response, model_response
@@ -26,6 +26,9 @@ from threadline.api.models import (
     HistoryQuery,
     MaintenanceView,
     ResolveRequest,
+    RevocationList,
+    RevocationView,
+    RevokeRequest,
     ScheduleList,
     SubmissionDetail,
     SubmissionView,
@@ -138,6 +141,19 @@ ROUTES: list[Route] = [
     Route("GET", _SPACE + "/schedules", maintenance_routes.schedules, "listSchedules",
           "The schedules the deployment declares: next and last fire, last error, state.",
           {200: (ScheduleList, "The schedules, by id.")}, capability=Capability.ADMIN),
+    Route("POST", _SPACE + "/revocations", revocations.revoke, "revokeTokens",
+          "Revoke one scoped token (and every token minted from it), or every token of one"
+          " subject issued before a time, in this space.",
+          {201: (RevocationView, "The revocation, in force for the next request.")},
+          body=RevokeRequest, problems=(409,), capability=Capability.ADMIN,
+          description=(
+              "The space's object refuses a revoked token on every route (401, `the token"
+              " has been revoked`) from its next request on, after restarts too; an open"
+              " event stream made with it ends at its next event or heartbeat. A revocation"
+              " is kept until every token it refuses has expired (`kept_until`).")),
+    Route("GET", _SPACE + "/revocations", revocations.list_revocations, "listRevocations",
+          "The space's revocations in force, oldest first.",
+          {200: (RevocationList, "The revocations.")}, capability=Capability.ADMIN),
 ]
 
 ROUTER = Router(ROUTES)
@@ -158,6 +174,8 @@ async def route(ctx: ApiContext, request: Request) -> Response:
                 "payload-too-large", f"bodies are capped at {ctx.config.max_body_bytes} bytes",
                 field="body",
             )
+        if found.route.capability is not None and ctx.revocations.refuses(request):
+            return revocations.revoked()
         response = await found.route.handler(ctx, request, found.params)
     except ApiError as error:
         return problem_from_error(error)

@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from threadline.access import (
+    MAX_LINEAGE,
     MAX_TTL,
     Capability,
     Principal,
@@ -84,7 +85,9 @@ class TokenGrant(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     token: str = Field(description="Send as `Authorization: Bearer <token>` (or, on the"
-                                   " events route, as `?access_token=`).")
+                                   " events route, as `?access_token=`). Never log it.")
+    token_id: str = Field(description="The token's id: what revoking this one token names"
+                                      " (`POST /v1/spaces/{space}/revocations`).")
     expires_at: int = Field(description="When it stops working, in epoch milliseconds.")
     space: str
     thread: str | None
@@ -110,14 +113,18 @@ def mint_for(principal: Principal, request: Request, keys: SigningKeys, now_ms: 
     )
     if Capability.ADMIN not in principal.capabilities or not principal.covers(requested):
         raise Forbidden("these credentials cannot grant that scope")
+    lineage = principal.token
+    if lineage is not None and len(lineage.ids) >= MAX_LINEAGE:
+        raise Forbidden(f"a token minted from {MAX_LINEAGE - 1} others in a row mints no more")
     token = mint(
         keys, space=wanted.space, thread=wanted.thread, capabilities=wanted.capabilities,
         ttl=timedelta(seconds=ttl), subject=wanted.subject, now_ms=now_ms,
-        stream_key=principal.stream_key if wanted.subject is None else None,
+        stream_key=principal.stream_key if wanted.subject is None else None, lineage=lineage,
     )
-    expires = verify(token, keys, now_ms=now_ms).expires_at
+    verified = verify(token, keys, now_ms=now_ms)
     return model_response(201, TokenGrant(
-        token=token, expires_at=expires * 1000, space=wanted.space,
+        token=token, token_id=verified.token_id or "", expires_at=verified.expires_at * 1000,
+        space=wanted.space,
         thread=wanted.thread, capabilities=sorted(c.value for c in requested.capabilities),
         subject=wanted.subject,
     ))

@@ -32,6 +32,8 @@ from pydantic import BaseModel
 from threadline.api.models import (
     ApprovalView,
     HistoryPage,
+    RevocationList,
+    RevocationView,
     ScheduleList,
     ScheduleView,
     SubmissionDetail,
@@ -201,6 +203,19 @@ def _schedules_call(space: str) -> _Call[ScheduleList]:
     return _Call("GET", _path(space, "schedules"), ScheduleList)
 
 
+def _revoke_call(space: str, body: dict[str, Any]) -> _Call[RevocationView]:
+    return _Call("POST", _path(space, "revocations"), RevocationView,
+                 json={k: v for k, v in body.items() if v is not None})
+
+
+def _revocations_call(space: str) -> _Call[RevocationList]:
+    return _Call("GET", _path(space, "revocations"), RevocationList)
+
+
+def _issued_before(value: datetime | int | None) -> str | int | None:
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
 def _settled(
     current: SubmissionDetail, submission_id: str, deadline: float,
     monotonic: Callable[[], float],
@@ -366,6 +381,27 @@ class Client:
         """
         return self._send(_schedules_call(space)).schedules
 
+    def revoke_token(
+        self, space: str, token_id: str, *, reason: str | None = None
+    ) -> RevocationView:
+        """Revoke one scoped token of ``space`` (its ``token_id``, as minting answered it)
+        and every token minted from it; refused from the object's next request on."""
+        return self._send(_revoke_call(space, {"token_id": token_id, "reason": reason}))
+
+    def revoke_subject(
+        self, space: str, subject: str, *, issued_before: datetime | int | None = None,
+        reason: str | None = None,
+    ) -> RevocationView:
+        """Revoke every token of ``subject`` in ``space`` issued before ``issued_before``
+        (an aware datetime or epoch ms; default: now), and every token minted from one."""
+        return self._send(_revoke_call(space, {
+            "subject": subject, "issued_before": _issued_before(issued_before),
+            "reason": reason}))
+
+    def revocations(self, space: str) -> list[RevocationView]:
+        """The revocations in force in ``space``, oldest first."""
+        return self._send(_revocations_call(space)).revocations
+
 
 class AsyncClient:
     """The asynchronous twin of :class:`Client`."""
@@ -499,6 +535,25 @@ class AsyncClient:
     async def schedules(self, space: str) -> list[ScheduleView]:
         """See :meth:`Client.schedules`."""
         return (await self._send(_schedules_call(space))).schedules
+
+    async def revoke_token(
+        self, space: str, token_id: str, *, reason: str | None = None
+    ) -> RevocationView:
+        """See :meth:`Client.revoke_token`."""
+        return await self._send(_revoke_call(space, {"token_id": token_id, "reason": reason}))
+
+    async def revoke_subject(
+        self, space: str, subject: str, *, issued_before: datetime | int | None = None,
+        reason: str | None = None,
+    ) -> RevocationView:
+        """See :meth:`Client.revoke_subject`."""
+        return await self._send(_revoke_call(space, {
+            "subject": subject, "issued_before": _issued_before(issued_before),
+            "reason": reason}))
+
+    async def revocations(self, space: str) -> list[RevocationView]:
+        """See :meth:`Client.revocations`."""
+        return (await self._send(_revocations_call(space))).revocations
 
 
 __all__ = ["AsyncClient", "Client", "ThreadEvent", "WaitTimeout", "raise_for_problem"]
