@@ -9,10 +9,10 @@ the Worker's edge needs no round trip and keeps no state to accept one::
     )
 
 A token reads ``tl1.<key id>.<payload>.<signature>``: the payload is base64url JSON (space,
-Thread, capabilities, issue and expiry times, subject) and the signature HMAC-SHA256 over
-``tl1.<key id>.<payload>`` with the key the id names. ``THREADLINE_SIGNING_KEYS`` holds
-``<key id>:<secret>`` entries separated by commas; the first mints, every one verifies, so a
-token minted before a rotation keeps working until it expires.
+Thread, capabilities, issue and expiry times, subject, and a random id naming this token) and
+the signature HMAC-SHA256 over ``tl1.<key id>.<payload>`` with the key the id names.
+``THREADLINE_SIGNING_KEYS`` holds ``<key id>:<secret>`` entries separated by commas; the first
+mints, every one verifies, so a token minted before a rotation keeps working until it expires.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import hashlib
 import hmac
 import json
 import re
+import secrets
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -31,7 +32,7 @@ from typing import Any
 
 from threadline.clock import SystemClock
 from threadline.errors import ValidationFailed
-from threadline.threads.model import MAX_SUBJECT_CHARS, check_id, valid_subject
+from threadline.threads.model import MAX_SUBJECT_CHARS, check_id, check_space_id, valid_subject
 
 #: The secret holding the signing keys of scoped tokens.
 SIGNING_KEYS_SECRET = "THREADLINE_SIGNING_KEYS"  # noqa: S105 - the name of the secret
@@ -41,6 +42,13 @@ SUBJECT_HEADER = "threadline-subject"
 #: Request header the Worker sets on a forwarded request: the key under which the object counts
 #: the principal's open event streams. Absent: the principal is not capped per subject.
 STREAM_KEY_HEADER = "threadline-stream-key"
+#: Request header the Worker sets on a request made with a scoped token: the ids of the token
+#: and of the tokens it was minted from, comma-separated (see :class:`TokenLineage`). The
+#: object refuses the request when it has revoked any of them.
+TOKEN_IDS_HEADER = "threadline-token-ids"  # noqa: S105 - a header name
+#: Request header the Worker sets beside :data:`TOKEN_IDS_HEADER`: when the token's lineage
+#: began (epoch seconds), which a revocation of a subject's earlier tokens compares.
+TOKEN_ISSUED_HEADER = "threadline-token-issued"  # noqa: S105 - a header name
 #: Prefix of every header only the Worker may set on a forwarded request.
 INTERNAL_HEADER_PREFIX = "threadline-"
 
@@ -55,6 +63,7 @@ DEFAULT_SKEW = timedelta(seconds=30)
 MIN_SECRET_LENGTH = 32
 
 _KEY_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
+_MAX_STREAM_KEY = MAX_SUBJECT_CHARS + 16
 
 
 class Capability(StrEnum):
@@ -91,7 +100,7 @@ def _capabilities(values: Iterable[str]) -> frozenset[Capability]:
 def _scope_id(name: str, value: str | None) -> str | None:
     if value is not None:
         try:
-            check_id(value, field=name)
+            (check_space_id if name == "space" else check_id)(value, field=name)
         except ValidationFailed as refused:
             raise ValueError(refused.message) from None
     return value
@@ -103,6 +112,25 @@ def _subject(value: str | None) -> str | None:
             f"subject must be printable text of 1 to {MAX_SUBJECT_CHARS} characters, without"
             " surrounding whitespace")
     return value
+
+
+#: The most tokens a lineage holds (a token, its minter, its minter's minter...): minting
+#: from a token that deep is refused, so that every token names all it descends from.
+MAX_LINEAGE = 8
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLineage:
+    """Where a scoped token comes from: what revoking any of its ancestors must also cut off.
+
+    ``ids`` are the token's own id and those of the tokens it was minted from, oldest first
+    (empty for a token minted before tokens had ids); ``issued_at`` is when the oldest of
+    them was issued (epoch seconds): a subject's tokens revoked "issued before T" include
+    every token minted later from one issued before T.
+    """
+
+    ids: tuple[str, ...]
+    issued_at: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,10 +146,15 @@ class Principal:
     capabilities: frozenset[Capability] = ALL_CAPABILITIES
     space: str | None = None
     thread: str | None = None
+    #: When the principal's credential stops working (epoch seconds); None: it does not (the
+    #: API token, a hook's principal). A token it mints never outlives it.
+    expires_at: int | None = None
     #: Counted under this key against ``max_event_streams_per_subject``; derived from the
     #: subject when not given (principals without one share one key). Empty: not capped per
     #: subject (the deployment's own API token, see :data:`OPERATOR`).
     stream_key: str | None = field(default=None, compare=False)
+    #: The scoped token this principal holds (None: the API token, a hook's principal).
+    token: TokenLineage | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "capabilities", _capabilities(self.capabilities))
@@ -148,12 +181,27 @@ class Principal:
         return self.thread is None or self.thread == thread
 
     def covers(self, other: Principal) -> bool:
-        """True if ``other`` grants nothing this principal lacks (a token it may mint)."""
+        """True if ``other`` grants nothing this principal lacks (a token it may mint).
+
+        Nothing it lacks includes time and identity: ``other`` expires no later than this
+        principal, and a principal with a subject covers only that subject. A principal with
+        no subject names any subject only if its credential is not a token (the API token, a
+        hook's principal without a subject): a scoped token without a subject mints only
+        tokens without one.
+        """
         if not other.capabilities <= self.capabilities:
             return False
         if self.space is not None and other.space != self.space:
             return False
-        return self.thread is None or other.thread == self.thread
+        if self.thread is not None and other.thread != self.thread:
+            return False
+        if self.expires_at is not None and (
+            other.expires_at is None or other.expires_at > self.expires_at
+        ):
+            return False
+        if self.subject is not None or self.token is not None:
+            return other.subject == self.subject
+        return True
 
 
 #: The holder of the deployment's API token (``THREADLINE_API_TOKEN``): everything, everywhere.
@@ -236,9 +284,18 @@ def _b64(data: bytes) -> str:
 
 
 def _unb64(text: str) -> bytes:
+    """Decode unpadded base64url, refusing every text but the one :func:`_b64` writes.
+
+    The last character of a part may carry bits the decoder ignores; left unchecked, several
+    token texts would verify as one token, and anything keyed on the text (a deny-list, a
+    replay cache, a log search) would miss the others.
+    """
     if not re.fullmatch(r"[A-Za-z0-9_-]*", text):
         raise binascii.Error("not base64url")
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if _b64(data) != text:
+        raise binascii.Error("not the canonical base64url of its bytes")
+    return data
 
 
 def _signature(key: bytes, signed: str) -> bytes:
@@ -258,12 +315,21 @@ def mint(
     ttl: timedelta = timedelta(minutes=15),
     subject: str | None = None,
     now_ms: int | None = None,
+    stream_key: str | None = None,
+    token_id: str | None = None,
+    lineage: TokenLineage | None = None,
 ) -> str:
     """A scoped token for ``space`` (and only ``thread`` when given), valid for ``ttl``.
 
     ``secret`` is the value of ``THREADLINE_SIGNING_KEYS`` (or parsed :class:`SigningKeys`);
     the first key signs. ``now_ms`` is the minting time in epoch milliseconds (default: the
-    system clock; tests pass a ``ManualClock``'s time). Raises ``ValueError`` for
+    system clock; tests pass a ``ManualClock``'s time). ``stream_key``, for a token without a
+    subject, names whose share of event streams the token's streams count against (the
+    minting principal's, see ``POST /v1/tokens``); default: the token's own. ``token_id``
+    names the token (default: 16 random bytes; two tokens minted alike still differ).
+    ``lineage`` is the minting token's, for a token minted from another (``POST /v1/tokens``):
+    the new token names it, so that revoking any of them revokes the new one too. Raises
+    ``ValueError`` for a lineage already :data:`MAX_LINEAGE` deep, and for
     an unknown capability, an id outside ``[A-Za-z0-9._:-]{1,128}``, or a ``ttl`` that is not
     positive or exceeds seven days.
     """
@@ -279,16 +345,31 @@ def mint(
     if not timedelta(0) < ttl <= MAX_TTL:
         raise ValueError(f"ttl must be positive and at most {MAX_TTL}")
     issued = (SystemClock().now_ms() if now_ms is None else now_ms) // 1000
+    if token_id is None:
+        token_id = _b64(secrets.token_bytes(16))
+    elif not _KEY_ID.fullmatch(token_id):
+        raise ValueError("token_id must be 1 to 32 characters of [A-Za-z0-9_-]")
     payload: dict[str, Any] = {
+        "jti": token_id,
         "sp": space,
         "cap": sorted(c.value for c in granted),
         "iat": issued,
         "exp": issued + int(ttl.total_seconds()),
     }
+    if lineage is not None and lineage.ids:
+        if len(lineage.ids) >= MAX_LINEAGE:
+            raise ValueError(f"a token descends from at most {MAX_LINEAGE - 1} others")
+        payload["anc"] = list(lineage.ids)
+        payload["fiat"] = min(lineage.issued_at, issued)
     if thread is not None:
         payload["th"] = thread
     if subject is not None:
         payload["sub"] = subject
+    elif stream_key:
+        if len(stream_key) > _MAX_STREAM_KEY or not stream_key.isprintable():
+            raise ValueError(f"stream_key must be printable text of at most {_MAX_STREAM_KEY}"
+                             " characters")
+        payload["sk"] = stream_key
     body = _b64(json.dumps(payload, separators=(",", ":"), sort_keys=True).encode())
     signed = f"{TOKEN_VERSION}.{keys.current}.{body}"
     return f"{signed}.{_b64(_signature(keys.keys[keys.current], signed))}"
@@ -301,10 +382,13 @@ def looks_like_token(credential: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Verified:
-    """A scoped token that verified: its principal and expiry (epoch seconds)."""
+    """A scoped token that verified: its principal, expiry and issue time (epoch seconds) and
+    its id (None for a token minted before tokens had one)."""
 
     principal: Principal
     expires_at: int
+    issued_at: int = 0
+    token_id: str | None = None
 
 
 def verify(
@@ -336,7 +420,7 @@ def verify(
         raise TokenRejected("bad signature")
     try:
         payload = json.loads(_unb64(body))
-        principal, issued, expires = _principal(payload, signature)
+        principal, issued, expires, token_id = _principal(payload, signature)
     except (binascii.Error, ValueError, TypeError, KeyError):
         raise TokenRejected("malformed payload") from None
     now_s = now_ms / 1000
@@ -345,36 +429,58 @@ def verify(
         raise TokenRejected("issued in the future")
     if expires + allowance <= now_s:
         raise TokenRejected("expired", expired=True)
-    return Verified(principal, expires)
+    return Verified(principal, expires, issued, token_id)
 
 
-def _principal(payload: Any, signature: str) -> tuple[Principal, int, int]:
+def _principal(payload: Any, signature: str) -> tuple[Principal, int, int, str | None]:
     if not isinstance(payload, dict):
         raise ValueError("payload is not an object")
     issued, expires = payload["iat"], payload["exp"]
     if not all(type(v) is int for v in (issued, expires)) or expires <= issued:
         raise ValueError("bad lifetime")
+    if expires - issued > MAX_TTL.total_seconds():
+        raise ValueError("lifetime past the bound")
     capabilities = payload["cap"]
     if not isinstance(capabilities, list) or not capabilities:
         raise ValueError("bad capabilities")
+    token_id = payload.get("jti")
+    if token_id is not None and not (isinstance(token_id, str) and _KEY_ID.fullmatch(token_id)):
+        raise ValueError("bad token id")
+    ancestors = payload.get("anc", [])
+    family_issued = payload.get("fiat", issued)
+    if (not isinstance(ancestors, list) or len(ancestors) >= MAX_LINEAGE
+            or not all(isinstance(a, str) and _KEY_ID.fullmatch(a) for a in ancestors)
+            or (ancestors and token_id is None)
+            or type(family_issued) is not int or family_issued > issued):
+        raise ValueError("bad lineage")
+    own = () if token_id is None else (token_id,)
+    lineage = TokenLineage(ids=(*ancestors, *own), issued_at=family_issued)
     subject = payload.get("sub")
+    shared = payload.get("sk")
+    if shared is not None and (subject is not None or not isinstance(shared, str) or not shared):
+        raise ValueError("bad stream key")
     principal = Principal(
         subject=subject,
         capabilities=_capabilities(capabilities),
         space=payload["sp"],
         thread=payload.get("th"),
-        # Without a subject each token is its own principal for the stream cap.
-        stream_key=None if subject is not None else "token:" + signature[:22],
+        expires_at=expires,
+        # Without a subject each token is its own principal for the stream cap, unless it was
+        # minted by a principal whose share it takes.
+        stream_key=None if subject is not None else shared or "token:" + (
+            token_id or signature[:22]),
+        token=lineage,
     )
     if principal.space is None:
         raise ValueError("no space")
-    return principal, issued, expires
+    return principal, issued, expires, token_id
 
 
 __all__ = [
     "ALL_CAPABILITIES",
     "DEFAULT_SKEW",
     "INTERNAL_HEADER_PREFIX",
+    "MAX_LINEAGE",
     "MAX_TOKEN_LENGTH",
     "MAX_TTL",
     "MIN_SECRET_LENGTH",
@@ -382,12 +488,15 @@ __all__ = [
     "SIGNING_KEYS_SECRET",
     "STREAM_KEY_HEADER",
     "SUBJECT_HEADER",
+    "TOKEN_IDS_HEADER",
+    "TOKEN_ISSUED_HEADER",
     "TOKEN_VERSION",
     "AccessRequest",
     "Authorizer",
     "Capability",
     "Principal",
     "SigningKeys",
+    "TokenLineage",
     "TokenRejected",
     "Verified",
     "looks_like_token",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -12,11 +13,12 @@ import pytest
 from api_support import Api
 
 from threadline import Conflict, NotFound, Unauthorized, ValidationFailed
+from threadline.access import SigningKeys, mint
 from threadline.api import edge
 from threadline.api.http import Request
 from threadline.client import AsyncClient, Client, WaitTimeout
 
-TOKEN = "client-test-token"
+TOKEN = "client-test-token-" + "c" * 32
 BASE = "http://threadline.test"
 
 
@@ -128,3 +130,35 @@ def test_the_worker_path_never_imports_the_client_or_httpx() -> None:
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                          text=True).stdout.strip()
     assert out == "[]"
+
+
+def test_both_clients_revoke_a_token_and_a_subject_and_list_them(api: Api) -> None:
+    keys = "k1:" + "r" * 40
+    checks = edge.Edge(edge.EdgeConfig(api_token=TOKEN, signing_keys=SigningKeys.parse(keys),
+                                       max_body_bytes=api.app.config.max_body_bytes), api.clock)
+
+    async def answer(request: httpx.Request) -> httpx.Response:
+        reply = await checks.serve(
+            Request.from_url(request.method, str(request.url), dict(request.headers),
+                             request.content),
+            lambda name, forwarded: api.space.handle(forwarded))
+        return httpx.Response(reply.status, headers=reply.headers, content=reply.body)
+
+    leaked = mint(keys, space="acme", now_ms=api.clock.now_ms(), token_id="leaked-1")
+    transport = httpx.MockTransport(lambda request: asyncio.run(answer(request)))
+    with Client(BASE, TOKEN, transport=transport) as client:
+        made = client.revoke_token("acme", "leaked-1", reason="pasted in chat")
+        assert (made.token_id, made.reason) == ("leaked-1", "pasted in chat")
+    with Client(BASE, leaked, transport=transport) as holder, pytest.raises(Unauthorized):
+        holder.thread("acme", "t1")
+
+    async def go() -> None:
+        async with AsyncClient(BASE, TOKEN, transport=httpx.MockTransport(answer)) as client:
+            cut = await client.revoke_subject("acme", "user:alice", issued_before=datetime(
+                2023, 11, 14, 22, 13, 20, tzinfo=UTC), reason="left the company")
+            assert cut.issued_before == 1_700_000_000_000
+            listed = await client.revocations("acme")
+            assert [(r.token_id, r.subject) for r in listed] == [
+                ("leaked-1", None), (None, "user:alice")]
+
+    asyncio.run(go())

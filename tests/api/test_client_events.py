@@ -20,7 +20,7 @@ from threadline.api import edge
 from threadline.api.http import Request, Response
 from threadline.client import AsyncClient, Client, ThreadEvent
 
-TOKEN = "client-test-token"
+TOKEN = "client-test-token-" + "c" * 32
 BASE = "http://threadline.test"
 
 

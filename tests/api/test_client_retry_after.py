@@ -18,7 +18,7 @@ from threadline.client.event_stream import MAX_RETRY_AFTER_S
 from threadline.errors import ApiError
 
 BASE = "http://threadline.test"
-TOKEN = "client-test-token"
+TOKEN = "client-test-token-" + "c" * 32
 
 
 def _record(seq: int) -> bytes:

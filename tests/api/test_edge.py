@@ -10,7 +10,7 @@ from threadline import ManualClock
 from threadline.api import edge
 from threadline.api.http import Response
 
-SECRET = "s3cret-token"
+SECRET = "s3cret-token-" + "s" * 32
 
 
 def _decide(path: str, auth: str | None = f"Bearer {SECRET}", method: str = "GET",

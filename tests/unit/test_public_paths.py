@@ -36,11 +36,12 @@ PUBLIC: dict[str, list[str]] = {
         "AsyncClient", "Client", "ThreadEvent", "WaitTimeout", "raise_for_problem",
     ],
     "threadline.access": [
-        "ALL_CAPABILITIES", "DEFAULT_SKEW", "INTERNAL_HEADER_PREFIX", "MAX_TOKEN_LENGTH",
-        "MAX_TTL", "MIN_SECRET_LENGTH", "OPERATOR", "SIGNING_KEYS_SECRET", "STREAM_KEY_HEADER",
-        "SUBJECT_HEADER", "TOKEN_VERSION", "AccessRequest", "Authorizer", "Capability",
-        "Principal", "SigningKeys", "TokenRejected", "Verified", "looks_like_token", "mint",
-        "verify",
+        "ALL_CAPABILITIES", "DEFAULT_SKEW", "INTERNAL_HEADER_PREFIX", "MAX_LINEAGE",
+        "MAX_TOKEN_LENGTH", "MAX_TTL", "MIN_SECRET_LENGTH", "OPERATOR", "SIGNING_KEYS_SECRET",
+        "STREAM_KEY_HEADER", "SUBJECT_HEADER", "TOKEN_IDS_HEADER", "TOKEN_ISSUED_HEADER",
+        "TOKEN_VERSION", "AccessRequest", "Authorizer",
+        "Capability", "Principal", "SigningKeys", "TokenLineage", "TokenRejected", "Verified",
+        "looks_like_token", "mint", "verify",
     ],
 }
 

@@ -4,7 +4,9 @@ stream (as ``?access_token=``, the way a browser's ``EventSource`` sends it) and
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -102,3 +104,31 @@ def test_one_principal_is_capped_below_the_object_and_others_still_get_a_stream(
         finally:
             for reply in held:
                 reply.close()
+
+
+def test_a_revoked_token_is_refused_through_the_worker_at_once_and_after_a_restart(
+    start_runtime: Any, tmp_path: Path
+) -> None:
+    state = tmp_path / "revocation-state"
+    runtime = start_runtime(state, THREADLINE_SIGNING_KEYS=KEYS)
+    space = "revocation-tests"
+    leaked = access.mint(KEYS, space=space, subject="user:leaky")
+    kept = access.mint(KEYS, space=space, subject="user:careful")
+    assert _status(runtime, "GET", _thread("t1", space), leaked) == 200
+    token_id = access.verify(leaked, KEYS, now_ms=int(time.time() * 1000)).token_id
+    revoked_at = time.monotonic()
+    answer = runtime.request(f"/v1/spaces/{space}/revocations", method="POST", token=TOKEN,
+                             body=json.dumps({"token_id": token_id}).encode())
+    assert answer.status == 201, answer.body
+    refused = runtime.request(_thread("t1", space), token=leaked)
+    took = time.monotonic() - revoked_at
+    assert refused.status == 401 and refused.json()["detail"] == "the token has been revoked"
+    assert _status(runtime, "GET", _thread("t1", space), kept) == 200
+    runtime.stop()
+    again = start_runtime(state, THREADLINE_SIGNING_KEYS=KEYS)
+    assert _status(again, "GET", _thread("t1", space), leaked) == 401
+    assert _status(again, "GET", _thread("t1", space), kept) == 200
+    listed = again.request(f"/v1/spaces/{space}/revocations", token=TOKEN).json()
+    assert [r["token_id"] for r in listed["revocations"]] == [token_id]
+    assert leaked not in again.output() and leaked not in runtime.output()
+    print(f"revocation: refused {took * 1000:.0f} ms after the POST was sent")

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -50,8 +50,13 @@ CHROMIUM_FLAGS = (
 )
 
 
+#: The line of the page where its deployer lists the Workers it may send its token to.
+ALLOWED_LINE = "const ALLOWED_ORIGINS = [];"
+
+
 class Site(ThreadingHTTPServer):
-    """Serves examples/ on 127.0.0.1 and collects what the page POSTs to ``/report``."""
+    """Serves examples/ on 127.0.0.1 and collects what the page POSTs to ``/report``. The page
+    is served as its deployer would: with ``allowed_origins`` written into its list."""
 
     daemon_threads = True
 
@@ -59,6 +64,7 @@ class Site(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), partial(_Handler, directory=str(EXAMPLES)))
         self.lock = threading.Lock()
         self.reports: list[dict[str, Any]] = []
+        self.allowed_origins: list[str] = []
 
     @property
     def port(self) -> int:
@@ -81,6 +87,20 @@ class Site(ThreadingHTTPServer):
 
 class _Handler(SimpleHTTPRequestHandler):
     server: Site
+
+    def do_GET(self) -> None:
+        if self.path.split("?", 1)[0] != PAGE:
+            super().do_GET()
+            return
+        page = (EXAMPLES / PAGE.lstrip("/")).read_text()
+        assert page.count(ALLOWED_LINE) == 1, "the page's ALLOWED_ORIGINS line moved"
+        listed = f"const ALLOWED_ORIGINS = {json.dumps(self.server.allowed_origins)};"
+        body = page.replace(ALLOWED_LINE, listed).encode()
+        self.send_response(200)
+        self.send_header("content-type", "text/html; charset=utf-8")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     def do_POST(self) -> None:
         if self.path != REPORT:
@@ -119,15 +139,18 @@ def runtime(
     )
     try:
         started.warm()
+        site.allowed_origins = [started.url.rstrip("/")]
         yield started
     finally:
+        site.allowed_origins = []
         started.stop()
 
 
-def page_url(site: Site, runtime: Runtime, thread: str, token: str | None, *,
-             host: str = "127.0.0.1") -> str:
+def page_url(site: Site, runtime: Runtime | str, thread: str, token: str | None, *,
+             host: str = "127.0.0.1", report: str = REPORT) -> str:
     """The example page's URL: stream parts in the query, the token in the fragment."""
-    query = urlencode({"base": runtime.url, "space": SPACE, "thread": thread, "report": REPORT})
+    base = runtime if isinstance(runtime, str) else runtime.url
+    query = urlencode({"base": base, "space": SPACE, "thread": thread, "report": report})
     fragment = f"#access_token={quote(token, safe='')}" if token is not None else ""
     return f"{site.origin(host)}{PAGE}?{query}{fragment}"
 
@@ -292,6 +315,86 @@ def test_page_on_an_origin_not_allowed_receives_nothing(
     assert _stream_answers(runtime, thread, since)[:1] == [200], context
     assert not site.of_type("record"), context
     assert not site.of_type("open"), context
+
+
+class Elsewhere(ThreadingHTTPServer):
+    """A server on an origin the page does not list: records every request it receives."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Recorder)
+        self.requests: list[str] = []
+
+    @property
+    def origin(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    server: Elsewhere
+
+    def _record(self) -> None:
+        self.server.requests.append(f"{self.command} {self.path.split('?', 1)[0]}")
+        self.send_response(404)
+        self.send_header("access-control-allow-origin", "*")
+        self.end_headers()
+
+    do_GET = do_POST = do_OPTIONS = _record
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet."""
+
+
+@pytest.fixture
+def elsewhere() -> Iterator[Elsewhere]:
+    server = Elsewhere()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def dumped_dom(url: str, profile: Path) -> str:
+    """The page's DOM once it has loaded, as headless Chromium prints it, the browser gone."""
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: see bootstrap_browser in scripts/_bootstrap.sh")
+    done = subprocess.run(
+        [str(CHROMIUM), *CHROMIUM_FLAGS, f"--user-data-dir={profile / 'user-data'}",
+         "--dump-dom", url],
+        stdin=subprocess.DEVNULL, capture_output=True, timeout=OPEN_TIMEOUT_S,
+        start_new_session=True, check=False,
+    )
+    return done.stdout.decode(errors="replace")
+
+
+def test_a_crafted_link_cannot_send_the_token_to_another_origin(
+    site: Site, runtime: Runtime, elsewhere: Elsewhere, tmp_path: Path
+) -> None:
+    thread = "crafted-base"
+    token = access.mint(SIGNING_KEYS, space=SPACE, thread=thread, capabilities=("read",))
+    with chromium(site, page_url(site, elsewhere.origin, thread, token), tmp_path) as log:
+        try:
+            refused = wait_for(lambda: site.of_type("error") or site.of_type("open"),
+                               timeout=OPEN_TIMEOUT_S, what="the page to refuse the base")
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n{_context(site, runtime, log)}") from None
+    assert refused[0].get("reason") == "base not allowed", site.seen()
+    assert elsewhere.requests == []
+
+
+def test_a_crafted_link_cannot_send_records_to_another_origin(
+    site: Site, runtime: Runtime, elsewhere: Elsewhere, tmp_path: Path
+) -> None:
+    thread = "crafted-report"
+    submit_echo(runtime, thread, "a record the page would forward")
+    token = access.mint(SIGNING_KEYS, space=SPACE, thread=thread, capabilities=("read",))
+    url = page_url(site, runtime, thread, token, report=elsewhere.origin + "/collect")
+    dom = dumped_dom(url, tmp_path)
+    assert "refused: the report URL is not on this page" in dom, dom[-2_000:]
+    assert elsewhere.requests == []
 
 
 def test_a_missing_browser_fails_naming_the_package_and_the_bootstrap(

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-TOKEN = "workerd-test-token"
+TOKEN = "workerd-test-token-" + "w" * 32
 #: The signing keys of the runtime that accepts scoped tokens (the ``signed`` fixture).
 SIGNING_KEYS = "k1:" + "w" * 40
 #: Bound on start-up (workerd) and on the first request (Pyodide boot + imports).

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from threadline.api.revocation_list import Revocations
 from threadline.api.stream_slots import StreamSlots
 from threadline.api.subscribers import ChangeFeed, Subscribers
 from threadline.clock import Clock
@@ -165,6 +166,12 @@ class ApiContext:
     subscribers: Subscribers = field(default_factory=Subscribers)
     #: Slots of the event streams open on this object, against the configured caps.
     streams: StreamSlots = field(default_factory=StreamSlots)
+    #: The space's revoked tokens (None: built from ``storage`` and ``clock``).
+    revocations: Revocations = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.revocations is None:
+            object.__setattr__(self, "revocations", Revocations(self.storage, self.clock))
 
 
 __all__ = [

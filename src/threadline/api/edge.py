@@ -9,15 +9,18 @@ order:
    ``@app.authorize`` hook) answers 503, never open access;
 4. the caller becomes a :class:`~threadline.access.Principal`: a scoped token
    (``Authorization: Bearer tl1...``, or ``?access_token=`` on the events route) verified with
-   ``THREADLINE_SIGNING_KEYS``; the API token (``THREADLINE_API_TOKEN``, constant-time) as
-   :data:`~threadline.access.OPERATOR`; otherwise the app's hook. No principal: 401 without
-   detail. A hook that raises: 500 without detail, logged;
+   ``THREADLINE_SIGNING_KEYS``; the API token (``THREADLINE_API_TOKEN``, constant-time, only
+   in the ``Authorization`` header: a URL lands in browser history, proxies and request logs)
+   as :data:`~threadline.access.OPERATOR`; otherwise the app's hook. No principal: 401 without
+   detail. A hook that raises: 500 without detail, logged. An API token shorter than
+   :data:`MIN_API_TOKEN_LENGTH` characters serves nothing (503, logged once);
 5. unknown routes are 404/405, bad path ids 400, a declared body over the cap 413;
 6. the route's capability, space and Thread must be within the principal's reach: else 403,
    saying nothing of what exists;
 7. the request is forwarded without the credential (the query token is cut from the URL), with
-   any ``threadline-*`` header the client sent dropped and the principal's subject and stream
-   key set for the object.
+   any ``threadline-*`` header the client sent dropped and the principal's subject, stream
+   key and token lineage set for the object (which refuses a revoked token, see
+   :mod:`threadline.api.revocations`).
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from threadline.access import (
     SIGNING_KEYS_SECRET,
     STREAM_KEY_HEADER,
     SUBJECT_HEADER,
+    TOKEN_IDS_HEADER,
+    TOKEN_ISSUED_HEADER,
     AccessRequest,
     Authorizer,
     Principal,
@@ -65,6 +70,9 @@ HEALTH_OBJECT = "threadline:health"
 TOKEN_SECRET = "THREADLINE_API_TOKEN"  # noqa: S105 - the name of the secret, not its value
 #: Origins (comma-separated, or ``*``) whose pages may read the API's answers (CORS).
 ORIGINS_VARIABLE = "THREADLINE_ALLOWED_ORIGINS"
+#: The shortest API token the edge serves with: a guessable operator credential is refused
+#: outright rather than accepted.
+MIN_API_TOKEN_LENGTH = 32
 #: The query parameter that carries a scoped token where a header cannot (``EventSource``).
 QUERY_TOKEN = "access_token"  # noqa: S105 - a parameter name
 #: Headers that describe one hop's framing, not the message: never copied between hops.
@@ -118,6 +126,11 @@ class EdgeConfig:
         """True if some credential can be accepted at all."""
         return bool(self.api_token or self.signing_keys or self.authorize)
 
+    @property
+    def api_token_too_short(self) -> bool:
+        """True if the API token is set but shorter than :data:`MIN_API_TOKEN_LENGTH`."""
+        return self.api_token is not None and len(self.api_token) < MIN_API_TOKEN_LENGTH
+
 
 @dataclass(frozen=True, slots=True)
 class Forward:
@@ -165,6 +178,7 @@ class Edge:
     def __init__(self, config: EdgeConfig, clock: Clock) -> None:
         self.config = config
         self.clock = clock
+        self._short_token_logged = False
 
     def cors_headers(self, headers: Mapping[str, str]) -> dict[str, str]:
         """CORS headers for an answer to a request with these headers (none when its
@@ -200,11 +214,15 @@ class Edge:
             return self._forward(HEALTH_OBJECT, OPERATOR, parts, headers, cors)
         if not self.config.configured:
             return unconfigured()
+        if self.config.api_token_too_short:
+            return self._short_api_token()
         found = ROUTER.resolve(method, path)
         route = found.route
         space = found.params.get("space")
         thread = found.params.get("thread")
         query_token = _query_token(parts.query) if route is not None and route.query_token else None
+        if query_token is not None and not looks_like_token(query_token):
+            query_token = None  # the API token is never taken from a URL
         credential = bearer(headers.get("authorization")) or query_token
         try:
             principal = await self._principal(credential, AccessRequest(
@@ -237,6 +255,16 @@ class Edge:
             return forbidden()
         assert space is not None  # every authenticated route but minting names its space
         return self._forward(space, principal, parts, headers, cors)
+
+    def _short_api_token(self) -> Response:
+        if not self._short_token_logged:
+            self._short_token_logged = True
+            _log.error("%s is shorter than %d characters: every authenticated request is"
+                       " refused until a longer one is set", TOKEN_SECRET, MIN_API_TOKEN_LENGTH)
+        return typed_problem(
+            "auth-unconfigured",
+            f"the {TOKEN_SECRET} secret is shorter than {MIN_API_TOKEN_LENGTH} characters:"
+            " set a longer one")
 
     async def _principal(
         self, credential: str | None, request: AccessRequest
@@ -275,6 +303,9 @@ class Edge:
             kept[SUBJECT_HEADER] = principal.subject
         if principal.stream_key:
             kept[STREAM_KEY_HEADER] = principal.stream_key
+        if principal.token is not None and principal.token.ids:
+            kept[TOKEN_IDS_HEADER] = ",".join(principal.token.ids)
+            kept[TOKEN_ISSUED_HEADER] = str(principal.token.issued_at)
         query = urlencode(
             [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != QUERY_TOKEN]
         )
@@ -397,6 +428,7 @@ def unconfigured() -> Response:
 __all__ = [
     "HEALTH_OBJECT",
     "HOP_HEADERS",
+    "MIN_API_TOKEN_LENGTH",
     "OPEN_PATHS",
     "ORIGINS_VARIABLE",
     "QUERY_TOKEN",

@@ -217,7 +217,8 @@ async def events(ctx: ApiContext, request: Request, params: dict[str, str]) -> R
         # Asks buffering proxies (nginx and alike) to pass each event through at once.
         "x-accel-buffering": "no",
     }
-    return Response(200, headers, stream=SlotStream(stream(ctx, thread_id, after), slot))
+    live = ctx.revocations.cut_when_revoked(request, stream(ctx, thread_id, after))
+    return Response(200, headers, stream=SlotStream(live, slot))
 
 
 __all__ = [

@@ -12,9 +12,10 @@ import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from threadline.clock import to_epoch_ms
+from threadline.threads.model import RUNTIME_KEY_PREFIXES, is_runtime_key
 
 #: The pattern every id in a path or body follows (``.`` and ``..`` are refused besides).
 ID_REGEX = r"^[A-Za-z0-9._:-]{1,128}$"
@@ -110,6 +111,8 @@ class SubmitRequest(_Request):
         description=(
             "Replays with the same key and input return the first submission, whether it was"
             " admitted at once or is still scheduled; the key with other input is a 409."
+            " Keys starting with `schedule:`, `msg:`, `sub_` or `threadline:` are the"
+            " runtime's own (422)."
         ),
     )
     not_before: DateTimeText | EpochMs | None = Field(
@@ -122,6 +125,15 @@ class SubmitRequest(_Request):
             " days ahead is refused."
         ),
     )
+
+    @field_validator("idempotency_key")
+    @classmethod
+    def _not_the_runtimes(cls, value: str | None) -> str | None:
+        if value is not None and is_runtime_key(value):
+            raise ValueError(
+                "keys starting with " + ", ".join(RUNTIME_KEY_PREFIXES) + " are derived by the"
+                " runtime (schedule fires, messages, follow-ups); choose another")
+        return value
 
     @field_validator("not_before", mode="before")
     @classmethod
@@ -726,6 +738,64 @@ class Problem(BaseModel):
     errors: list[FieldError] | None = None
 
 
+# -- revocations ---------------------------------------------------------------------------
+
+#: A scoped token's id, as ``POST /v1/tokens`` answers it (``token_id``).
+TokenId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,32}$")]
+
+
+class RevokeRequest(_Request):
+    """What to revoke in this space: one token (and every token minted from it), or every
+    token of one subject issued before a time."""
+
+    token_id: TokenId | None = Field(
+        None, description="The token to revoke, with every token minted from it.")
+    subject: str | None = Field(
+        None, min_length=1, max_length=256,
+        description="Revoke every token of this subject issued before `issued_before` (and"
+                    " every token minted from one of them).")
+    issued_before: DateTimeText | EpochMs | None = Field(
+        None, description="With `subject`: RFC 3339 with an offset, or epoch milliseconds;"
+                          " default: now. Tokens are compared by the second they were issued.")
+    reason: str | None = Field(None, max_length=500, description="Kept for operators.")
+
+    @field_validator("issued_before", mode="before")
+    @classmethod
+    def _time_form(cls, value: object) -> object:
+        if isinstance(value, str):
+            return due_from_text(value)
+        return value
+
+    @model_validator(mode="after")
+    def _one_target(self) -> RevokeRequest:
+        if (self.token_id is None) == (self.subject is None):
+            raise ValueError("give exactly one of token_id and subject")
+        if self.token_id is not None and self.issued_before is not None:
+            raise ValueError("issued_before goes with subject only")
+        return self
+
+
+class RevocationView(_Response):
+    """One revocation in force."""
+
+    id: int
+    token_id: str | None = Field(description="The token revoked (and those minted from it).")
+    subject: str | None = Field(description="The subject whose earlier tokens are revoked.")
+    issued_before: int | None = Field(
+        description="Tokens of `subject` issued before this (epoch ms) are refused.")
+    revoked_at: int
+    revoked_by: str | None = Field(description="The subject of the operator who revoked.")
+    reason: str | None
+    kept_until: int = Field(
+        description="When it is dropped (epoch ms): every token it refuses has expired by then.")
+
+
+class RevocationList(_Response):
+    """The space's revocations in force, oldest first."""
+
+    revocations: list[RevocationView]
+
+
 __all__ = [
     "ID_REGEX",
     "MAX_SAFE_INTEGER",
@@ -754,6 +824,9 @@ __all__ = [
     "Problem",
     "ResolveRequest",
     "RestartRequest",
+    "RevocationList",
+    "RevocationView",
+    "RevokeRequest",
     "ScheduleErrorView",
     "ScheduleList",
     "ScheduleView",
@@ -769,6 +842,7 @@ __all__ = [
     "ThreadPage",
     "ThreadSummary",
     "ThreadsQuery",
+    "TokenId",
     "ViewStateName",
     "WaitView",
     "due_from_text",

@@ -43,6 +43,7 @@ SECURITY_SCHEMES: dict[str, Any] = {
         "description": (
             "A scoped token in the query, for clients that cannot send headers (a browser's"
             " `EventSource`). Accepted on the events route only; never logged or forwarded."
+            " The API token is never accepted here."
         ),
     },
 }

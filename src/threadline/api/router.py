@@ -17,6 +17,7 @@ from threadline.access import Capability
 from threadline.api.context import ApiContext
 from threadline.api.http import Request, Response
 from threadline.api.problems import InvalidId
+from threadline.threads.model import RESERVED_SPACE_PREFIX
 
 _ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 #: Path ids that a URL resolver would read as directory steps.
@@ -83,11 +84,16 @@ class Route:
 
 
 def check_path_id(name: str, value: str) -> str:
-    """Refuse a path id outside ``[A-Za-z0-9._:-]{1,128}``, and ``.``/``..``."""
+    """Refuse a path id outside ``[A-Za-z0-9._:-]{1,128}``, and ``.``/``..``; a space id
+    under the reserved ``threadline:`` prefix too."""
     if _ID.fullmatch(value) is None or value in DOT_SEGMENTS:
         raise InvalidId(
             f"{name} must match [A-Za-z0-9._:-]{{1,128}} and not be '.' or '..'", field=name
         )
+    if name == "space" and value.startswith(RESERVED_SPACE_PREFIX):
+        raise InvalidId(
+            f"space may not start with {RESERVED_SPACE_PREFIX!r}: those spaces are"
+            " threadline's own", field=name)
     return value
 
 

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from threadline.access import Capability
-from threadline.api import events, operators, submissions, threads
+from threadline.api import events, operators, revocations, submissions, threads
 from threadline.api import maintenance as maintenance_routes
 from threadline.api.context import ApiContext
 from threadline.api.http import Request, Response, json_response, model_response
@@ -28,6 +28,9 @@ from threadline.api.models import (
     MaintenanceView,
     ResolveRequest,
     RestartRequest,
+    RevocationList,
+    RevocationView,
+    RevokeRequest,
     ScheduleList,
     SkipRequest,
     SubmissionDetail,
@@ -183,6 +186,19 @@ ROUTES: list[Route] = [
               "Any parked lane of `/maintenance`'s `lanes`: `threadline:messages`, a host"
               " lane, a schedule's. 409 when it is not parked (a repeated retry). "
               + _OPERATOR)),
+    Route("POST", _SPACE + "/revocations", revocations.revoke, "revokeTokens",
+          "Revoke one scoped token (and every token minted from it), or every token of one"
+          " subject issued before a time, in this space.",
+          {201: (RevocationView, "The revocation, in force for the next request.")},
+          body=RevokeRequest, problems=(409,), capability=Capability.ADMIN,
+          description=(
+              "The space's object refuses a revoked token on every route (401, `the token"
+              " has been revoked`) from its next request on, after restarts too; an open"
+              " event stream made with it ends at its next event or heartbeat. A revocation"
+              " is kept until every token it refuses has expired (`kept_until`).")),
+    Route("GET", _SPACE + "/revocations", revocations.list_revocations, "listRevocations",
+          "The space's revocations in force, oldest first.",
+          {200: (RevocationList, "The revocations.")}, capability=Capability.ADMIN),
 ]
 
 ROUTER = Router(ROUTES)
@@ -203,6 +219,8 @@ async def route(ctx: ApiContext, request: Request) -> Response:
                 "payload-too-large", f"bodies are capped at {ctx.config.max_body_bytes} bytes",
                 field="body",
             )
+        if found.route.capability is not None and ctx.revocations.refuses(request):
+            return revocations.revoked()
         response = await found.route.handler(ctx, request, found.params)
     except ApiError as error:
         return problem_from_error(error)

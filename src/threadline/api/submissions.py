@@ -55,9 +55,13 @@ def request_subject(request: Request) -> str | None:
 
 def owned(ctx: ApiContext, thread: str, submission_id: str) -> Submission | ScheduledSubmission:
     """The submission (admitted or still scheduled) if it belongs to ``thread``; 404
-    otherwise."""
-    submission = ctx.ledger.find(submission_id)
-    if submission.thread_id != thread:
+    otherwise, in the same words whether it is missing or another Thread's: a principal
+    scoped to one Thread learns nothing of the others' submissions."""
+    try:
+        submission: Submission | ScheduledSubmission | None = ctx.ledger.find(submission_id)
+    except NotFound:
+        submission = None
+    if submission is None or submission.thread_id != thread:
         raise NotFound(f"no submission {submission_id!r} in thread {thread!r}",
                        field="submission")
     return submission

@@ -8,7 +8,7 @@ and the whole problem document in ``error.extra["problem"]``::
 
     from threadline.client import Client
 
-    with Client("http://127.0.0.1:8787", token="dev-token-change-me") as client:
+    with Client("http://127.0.0.1:8787", token="dev-token-change-me-0123456789abcdef") as client:
         sub = client.submit("demo", "t1", {"text": "hi"}, agent="echo")
         done = client.wait("demo", "t1", sub.id, timeout=10)
         print(done.result)
@@ -21,10 +21,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, TypeVar
-from urllib.parse import quote
+from typing import Any, TypeVar
 
 import httpx
 from pydantic import BaseModel
@@ -34,7 +32,7 @@ from threadline.api.models import (
     HistoryPage,
     LaneView,
     MaintenanceView,
-    ScheduleList,
+    RevocationView,
     ScheduleView,
     SubmissionDetail,
     SubmissionView,
@@ -42,6 +40,27 @@ from threadline.api.models import (
     SubscriberView,
     ThreadPage,
     ThreadSummary,
+)
+from threadline.client.calls import (
+    _UNSET,
+    _abort_call,
+    _approve_call,
+    _Call,
+    _get_submission_call,
+    _history_call,
+    _issued_before,
+    _maintenance_call,
+    _resolve_call,
+    _retry_lane_call,
+    _revocations_call,
+    _revoke_call,
+    _schedules_call,
+    _skip_call,
+    _submit_call,
+    _subscriber_call,
+    _thread,
+    _thread_call,
+    _threads_call,
 )
 from threadline.client.event_stream import ThreadEvent, aiter_events, iter_events
 from threadline.errors import (
@@ -55,8 +74,6 @@ from threadline.errors import (
 )
 
 M = TypeVar("M", bound=BaseModel)
-
-_UNSET: Any = object()
 
 _ERRORS: dict[int, type[ApiError]] = {
     401: Unauthorized,
@@ -95,38 +112,6 @@ def raise_for_problem(response: httpx.Response) -> None:
     raise error
 
 
-def _path(*parts: str) -> str:
-    return "/v1/spaces/" + "/".join(quote(part, safe="") for part in parts)
-
-
-def _thread(space: str, thread: str) -> str:
-    return _path(space, "threads", thread)
-
-
-def _submission(space: str, thread: str, submission_id: str) -> str:
-    return _path(space, "threads", thread, "submissions", submission_id)
-
-
-def _submit_body(
-    input: Any, agent: str | None, idempotency_key: str | None, not_before: datetime | int | None
-) -> dict[str, Any]:
-    body: dict[str, Any] = {"input": input}
-    if agent is not None:
-        body["agent"] = agent
-    if idempotency_key is not None:
-        body["idempotency_key"] = idempotency_key
-    if isinstance(not_before, datetime):
-        # A naive datetime goes out without an offset, and the API refuses it (422).
-        body["not_before"] = not_before.isoformat()
-    elif not_before is not None:
-        body["not_before"] = not_before
-    return body
-
-
-def _resolve_body(action: str, result: Any) -> dict[str, Any]:
-    return {"action": action} if result is _UNSET else {"action": action, "result": result}
-
-
 def _parse(model: type[M], response: httpx.Response) -> M:
     raise_for_problem(response)
     return model.model_validate(response.json())
@@ -134,98 +119,6 @@ def _parse(model: type[M], response: httpx.Response) -> M:
 
 def _headers(token: str | None) -> dict[str, str]:
     return {"authorization": f"Bearer {token}"} if token else {}
-
-
-@dataclass(frozen=True)
-class _Call(Generic[M]):
-    """One API request and the model its success parses into.
-
-    Both clients build their requests here, so the blocking and asynchronous twins cannot
-    drift apart on a path, a parameter or a body; each only sends the call its own way.
-    """
-
-    method: str
-    url: str
-    model: type[M]
-    params: dict[str, Any] | None = None
-    json: Any = None
-
-
-def _submit_call(
-    space: str, thread: str, input: Any, agent: str | None, idempotency_key: str | None,
-    not_before: datetime | int | None,
-) -> _Call[SubmissionView]:
-    return _Call("POST", _thread(space, thread) + "/submissions", SubmissionView,
-                 json=_submit_body(input, agent, idempotency_key, not_before))
-
-
-def _get_submission_call(space: str, thread: str, submission_id: str) -> _Call[SubmissionDetail]:
-    return _Call("GET", _submission(space, thread, submission_id), SubmissionDetail)
-
-
-def _threads_call(space: str, after: str | None, limit: int) -> _Call[ThreadPage]:
-    params: dict[str, Any] = {"limit": limit}
-    if after is not None:
-        params["after"] = after
-    return _Call("GET", _path(space, "threads"), ThreadPage, params=params)
-
-
-def _thread_call(space: str, thread: str) -> _Call[ThreadSummary]:
-    return _Call("GET", _thread(space, thread), ThreadSummary)
-
-
-def _history_call(space: str, thread: str, after: int, limit: int) -> _Call[HistoryPage]:
-    return _Call("GET", _thread(space, thread) + "/history", HistoryPage,
-                 params={"after": after, "limit": limit})
-
-
-def _approve_call(
-    space: str, thread: str, submission_id: str, key: str, approved: bool, payload: Any
-) -> _Call[ApprovalView]:
-    path = _submission(space, thread, submission_id) + "/approvals/" + quote(key, safe="")
-    return _Call("POST", path, ApprovalView, json={"approved": approved, "payload": payload})
-
-
-def _abort_call(
-    space: str, thread: str, submission_id: str, reason: str | None
-) -> _Call[SubmissionDetail]:
-    body = {} if reason is None else {"reason": reason}
-    return _Call("POST", _submission(space, thread, submission_id) + "/abort", SubmissionDetail,
-                 json=body)
-
-
-def _resolve_call(
-    space: str, thread: str, submission_id: str, action: str, result: Any
-) -> _Call[SubmissionDetail]:
-    return _Call("POST", _submission(space, thread, submission_id) + "/resolve",
-                 SubmissionDetail, json=_resolve_body(action, result))
-
-
-def _schedules_call(space: str) -> _Call[ScheduleList]:
-    return _Call("GET", _path(space, "schedules"), ScheduleList)
-
-
-def _maintenance_call(space: str) -> _Call[MaintenanceView]:
-    return _Call("GET", _path(space, "maintenance"), MaintenanceView)
-
-
-def _subscriber_call(
-    space: str, name: str, action: str, body: dict[str, Any] | None = None
-) -> _Call[SubscriberView]:
-    return _Call("POST", _path(space, "subscribers", name, action), SubscriberView, json=body)
-
-
-def _skip_call(
-    space: str, name: str, cursor: int, record_id: str | None
-) -> _Call[SubscriberSkip]:
-    body: dict[str, Any] = {"cursor": cursor}
-    if record_id is not None:
-        body["record_id"] = record_id
-    return _Call("POST", _path(space, "subscribers", name, "skip"), SubscriberSkip, json=body)
-
-
-def _retry_lane_call(space: str, lane: str) -> _Call[LaneView]:
-    return _Call("POST", _path(space, "lanes", lane, "retry"), LaneView)
 
 
 def _settled(
@@ -417,6 +310,27 @@ class Client:
         """Make a parked lane (``threadline:messages``, a host lane) due now (``admin``)."""
         return self._send(_retry_lane_call(space, lane))
 
+    def revoke_token(
+        self, space: str, token_id: str, *, reason: str | None = None
+    ) -> RevocationView:
+        """Revoke one scoped token of ``space`` (its ``token_id``, as minting answered it)
+        and every token minted from it; refused from the object's next request on."""
+        return self._send(_revoke_call(space, {"token_id": token_id, "reason": reason}))
+
+    def revoke_subject(
+        self, space: str, subject: str, *, issued_before: datetime | int | None = None,
+        reason: str | None = None,
+    ) -> RevocationView:
+        """Revoke every token of ``subject`` in ``space`` issued before ``issued_before``
+        (an aware datetime or epoch ms; default: now), and every token minted from one."""
+        return self._send(_revoke_call(space, {
+            "subject": subject, "issued_before": _issued_before(issued_before),
+            "reason": reason}))
+
+    def revocations(self, space: str) -> list[RevocationView]:
+        """The revocations in force in ``space``, oldest first."""
+        return self._send(_revocations_call(space)).revocations
+
 
 class AsyncClient:
     """The asynchronous twin of :class:`Client`."""
@@ -575,6 +489,25 @@ class AsyncClient:
     async def retry_lane(self, space: str, lane: str) -> LaneView:
         """See :meth:`Client.retry_lane`."""
         return await self._send(_retry_lane_call(space, lane))
+
+    async def revoke_token(
+        self, space: str, token_id: str, *, reason: str | None = None
+    ) -> RevocationView:
+        """See :meth:`Client.revoke_token`."""
+        return await self._send(_revoke_call(space, {"token_id": token_id, "reason": reason}))
+
+    async def revoke_subject(
+        self, space: str, subject: str, *, issued_before: datetime | int | None = None,
+        reason: str | None = None,
+    ) -> RevocationView:
+        """See :meth:`Client.revoke_subject`."""
+        return await self._send(_revoke_call(space, {
+            "subject": subject, "issued_before": _issued_before(issued_before),
+            "reason": reason}))
+
+    async def revocations(self, space: str) -> list[RevocationView]:
+        """See :meth:`Client.revocations`."""
+        return (await self._send(_revocations_call(space))).revocations
 
 
 __all__ = ["AsyncClient", "Client", "ThreadEvent", "WaitTimeout", "raise_for_problem"]

@@ -678,12 +678,30 @@ _PARKED_SUBSCRIBERS = (
     "CREATE INDEX tl_subscribers_parked ON tl_subscribers (state) WHERE state = 'parked'",
 )
 
+# - tl_revocations holds the space's revoked scoped tokens: one token by id (and every token
+# minted from it), or every token of one subject whose lineage began before issued_before.
+# The object loads them once and checks each forwarded request's token from memory; a row is
+# dropped once every token it can refuse has expired.
+_REVOCATIONS = (
+    """CREATE TABLE tl_revocations (
+        id INTEGER PRIMARY KEY,
+        token_id TEXT,
+        subject TEXT,
+        issued_before INTEGER,
+        revoked_at INTEGER NOT NULL,
+        revoked_by TEXT,
+        reason TEXT,
+        CHECK ((token_id IS NULL) <> (subject IS NULL)),
+        CHECK ((subject IS NULL) = (issued_before IS NULL))
+    )""",
+)
+
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
 MIGRATIONS: list[tuple[str, ...]] = [
     _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS, _LEAN_SUBMISSIONS,
     _LEAN_OUTBOX, _HELD_FOLLOWERS, _LOSSES, _SCHEDULES, _DELAYED, _LANES_KEY,
     _JOINED_TO, _MESSAGE_ROUTING, _SUBSCRIBERS, _SPACE_NAME, _ONE_LOG, _LEAN_HISTORY,
-    _SUBJECTS, _WAIT_THREADS, _PARKED_SUBSCRIBERS,
+    _SUBJECTS, _WAIT_THREADS, _PARKED_SUBSCRIBERS, _REVOCATIONS,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

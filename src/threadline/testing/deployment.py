@@ -20,7 +20,7 @@ from threadline.maintenance import PassReport
 from threadline.testing.alarm_invariants import QuiescenceError
 from threadline.testing.simulated_object import DEFAULT_MAX_PASSES, SimulatedObject
 from threadline.testing.storage_faults import Crash, is_eviction
-from threadline.threads.model import check_id
+from threadline.threads.model import check_space_id
 from threadline.threads.routing import MessageEnvelope, Verdict
 
 
@@ -106,7 +106,7 @@ class SimulatedDeployment:
         """The object of space ``name``, made (not started) on first use."""
         obj = self.objects.get(name)
         if obj is None:
-            check_id(name, field="space")
+            check_space_id(name)
             # A seed of its own per space: ids drawn in different spaces never coincide.
             obj = SimulatedObject(
                 self.app, clock=self.clock, seed=self.seed * 1_000 + len(self.objects),

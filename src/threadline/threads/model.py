@@ -409,6 +409,34 @@ def check_id(value: str, *, field: str) -> str:
     return value
 
 
+#: Prefixes of the idempotency keys the runtime derives itself: a schedule fire's
+#: (``schedule:``), a message's admission (``msg:``), an agent's follow-up (``<submission
+#: id>:submit``, ``sub_``), and any of threadline's own to come. A client's key never starts
+#: with one, so no client can take such a key before the runtime uses it.
+RUNTIME_KEY_PREFIXES = ("schedule:", "msg:", "sub_", "threadline:")
+
+
+def is_runtime_key(key: str) -> bool:
+    """True if ``key`` is of the shape only the runtime derives (see
+    :data:`RUNTIME_KEY_PREFIXES`)."""
+    return key.startswith(RUNTIME_KEY_PREFIXES)
+
+
+#: Prefix of the space ids threadline keeps for its own objects (``threadline:health`` answers
+#: every open request): no client, token or message names one.
+RESERVED_SPACE_PREFIX = "threadline:"
+
+
+def check_space_id(value: str, *, field: str = "space") -> str:
+    """:func:`check_id`, and refuse the :data:`RESERVED_SPACE_PREFIX`."""
+    check_id(value, field=field)
+    if value.startswith(RESERVED_SPACE_PREFIX):
+        raise ValidationFailed(
+            f"{field} may not start with {RESERVED_SPACE_PREFIX!r}: those spaces are"
+            " threadline's own", field=field)
+    return value
+
+
 #: Longest subject recorded: the bound ``threadline.access`` puts on a principal's subject.
 MAX_SUBJECT_CHARS = 256
 
@@ -461,6 +489,8 @@ __all__ = [
     "MAX_ERROR_MESSAGE_CHARS",
     "MAX_SLEEP_SECONDS",
     "MAX_SUBJECT_CHARS",
+    "RESERVED_SPACE_PREFIX",
+    "RUNTIME_KEY_PREFIXES",
     "SCHEDULED",
     "AbortState",
     "Admission",
@@ -479,9 +509,11 @@ __all__ = [
     "WaitState",
     "WorkItem",
     "check_id",
+    "check_space_id",
     "check_subject",
     "decode_json",
     "digest",
     "encode_json",
     "error_envelope",
+    "is_runtime_key",
 ]

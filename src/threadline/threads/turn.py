@@ -42,6 +42,7 @@ from threadline.threads.model import (
     WaitKind,
     WaitState,
     check_id,
+    check_space_id,
     digest,
     encode_json,
 )
@@ -120,7 +121,7 @@ class Turn(TurnBase):
         ``message.failed`` record lands in this Thread's log. This submission's detail lists
         its messages and their states.
         """
-        checked(lambda: check_id(space, field="space"))
+        checked(lambda: check_space_id(space))
         checked(lambda: check_id(thread, field="thread"))
         if agent is not None:
             checked(lambda: check_id(agent, field="agent"))
