@@ -35,8 +35,10 @@ due (None when nothing is pending, so the lane goes idle and arms no alarm).
 A remote call starts only while its whole timeout fits before the wave's deadline, which fits
 the event's (the lane runner's rule for waves): otherwise that target's turn ends there and
 the lane is due again at once, for the next event. Targets are served concurrently, so a call
-that hangs to its bound costs the other targets nothing; each target is served once per wave,
-so one whose backoff is shorter than a call cannot spin a wave.
+that hangs to its bound costs the other targets nothing, and while one is served the wave looks
+for targets fallen due every ``POLL_MS`` (a message sent meanwhile does not wait for that
+call); each target is served once per wave, so one whose backoff is shorter than a call cannot
+spin a wave.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 
-from threadline.clock import Clock
+from threadline.clock import Clock, timer
 from threadline.config import RuntimeConfig
 from threadline.maintenance.lane_wave import current_wave
 from threadline.scheduling import backoff_ms
@@ -68,6 +70,8 @@ DELIVERY_BATCH = 50
 MESSAGES_DISPATCH_TIMEOUT_MS = 30_000
 #: Bound of one call to another space's object.
 MESSAGE_CALL_TIMEOUT_MS = 10_000
+#: While a target is being served, how often a wave looks for other targets fallen due.
+POLL_MS = 500
 #: Inside the transaction admitting a message into its own space, before it is marked.
 ADMITTING = "maintenance:messages:admitting"
 #: After another space's object answered, before the answer is recorded.
@@ -123,42 +127,41 @@ class MessageDelivery:
     async def run_lane(self, now: int, deadline: int) -> int | None:
         """Serve every target due; return when the next one is due (None: nothing is
         pending), or now when the deadline came first with some still due."""
-        del now  # each round serves what is due when it starts
+        del now  # each look serves what is due when it is taken
         served: set[str] = set()
-        while True:
-            at = self._clock.now_ms()
-            if at >= deadline:
-                return at
-            due, next_due = rows.due_targets(self._storage, at, self._batch)
-            fresh = [target for target in due if target.space not in served]
-            if not fresh:
-                # Nothing due, or only targets this wave served already (one whose call did
-                # not fit, or whose backoff is shorter than a call): theirs is a later wave.
-                return at if due else next_due
-            served.update(target.space for target in fresh)
-            await self._serve_all(fresh, deadline)
-            # A turn for native work and the other waves before the next round.
-            await self._clock.sleep_until(self._clock.now_ms())
-
-    async def _serve_all(self, targets: list[Target], deadline: int) -> None:
-        """Serve ``targets`` side by side: a call that hangs holds only its own target."""
-        if len(targets) == 1:
-            await self._serve(targets[0], deadline)
-            return
-        tasks = [asyncio.ensure_future(self._serve(target, deadline)) for target in targets]
+        serving: set[asyncio.Task[None]] = set()
+        due: list[Target] = []
+        next_due: int | None = None
         try:
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            while True:
+                at = self._clock.now_ms()
+                if at < deadline:
+                    due, next_due = rows.due_targets(self._storage, at, self._batch)
+                    for target in due:
+                        if target.space not in served:
+                            served.add(target.space)
+                            serving.add(asyncio.ensure_future(self._serve(target, deadline)))
+                if not serving:
+                    # Nothing due, or only targets this wave served already (one whose call did
+                    # not fit, or whose backoff is shorter than a call): theirs is a later wave.
+                    return at if at >= deadline or due else next_due
+                # Targets run side by side, and one that falls due meanwhile (a message sent
+                # while another space's call hangs) starts within a poll, not after that call.
+                poll = timer(self._clock, self._clock.now_ms() + POLL_MS)
+                try:
+                    done, _ = await asyncio.wait({*serving, poll},
+                                                 return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    poll.cancel()
+                for task in done - {poll}:
+                    serving.discard(task)
+                    task.result()  # a target's storage failure, or the loss, is the wave's
         finally:
-            # Cancelled from outside (the wave's bound), or one target's storage failed: the
-            # others stop too, and the first failure is the wave's.
-            for task in tasks:
-                if not task.done():
-                    task.cancel()
-            await asyncio.wait(tasks)
-        for task in tasks:
-            failure = None if task.cancelled() else task.exception()
-            if failure is not None:
-                raise failure
+            # Cancelled from outside (the wave's bound), or one target failed: the others stop.
+            for task in serving:
+                task.cancel()
+            if serving:
+                await asyncio.wait(serving)
 
     async def _serve(self, target: Target, deadline: int) -> None:
         """Deliver ``target``'s messages oldest first until none is left, one is not answered
@@ -314,5 +317,6 @@ __all__ = [
     "MESSAGES_DISPATCH_TIMEOUT_MS",
     "MESSAGE_CALL_TIMEOUT_MS",
     "NO_ROUTE",
+    "POLL_MS",
     "MessageDelivery",
 ]
