@@ -1,18 +1,30 @@
 """One target space that never answers holds only the messages sent to it: it backs off on its
 own, while messages to a healthy space and into the sender's own space are delivered at once,
 and the messages lane never parks over it. Once it answers again, its messages are delivered
-in the order they were sent."""
+in the order they were sent. A message sent while another space's call hangs goes without
+waiting for that call."""
 
 from __future__ import annotations
 
 import asyncio
+import random
 from typing import Any
 
 from messages_support import CONFIG, START, sent
 
 from threadline import Application, ManualClock, Turn
-from threadline.scheduling import MESSAGES, LaneState
+from threadline.maintenance.message_lane import (
+    MESSAGE_CALL_TIMEOUT_MS,
+    MESSAGES_DISPATCH_TIMEOUT_MS,
+    POLL_MS,
+    MessageDelivery,
+)
+from threadline.scheduling import MESSAGES, Failpoints, LaneState, build_scheduler
+from threadline.storage import SqliteStorage, migrate
 from threadline.testing import SimulatedDeployment
+from threadline.threads import message_rows as rows
+from threadline.threads.agents import AgentRegistry
+from threadline.threads.routing import Accepted, MessageEnvelope, Verdict
 
 #: What the hung space gets before the others: more calls than one wave's allowance holds.
 HUNG_MESSAGES = 4
@@ -103,5 +115,55 @@ def test_a_target_that_recovers_gets_its_messages_in_the_order_they_were_sent() 
             assert [s.input for s in inbox] == [{"n": n} for n in range(HUNG_MESSAGES + 1)]
             assert all(s.settled_at is not None for s in inbox)
             assert a.alarm_at is None
+
+    asyncio.run(go())
+
+
+class _OneHangs:
+    """A router whose calls into ``c`` never answer; every other space accepts at once."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def deliver(self, envelope: MessageEnvelope) -> Verdict:
+        self.calls.append(envelope.to_space)
+        if envelope.to_space == "c":
+            await asyncio.Event().wait()
+        return Accepted(f"sub_{envelope.to_space}")
+
+
+def test_a_message_sent_while_a_call_hangs_does_not_wait_for_that_call() -> None:
+    async def go() -> None:
+        storage = SqliteStorage(":memory:")
+        migrate(storage)
+        clock = ManualClock(START)
+        rng = random.Random(0)
+        scheduler = build_scheduler(storage, clock, CONFIG, rng, Failpoints())
+        router = _OneHangs()
+        delivery = MessageDelivery(storage, scheduler.gate, AgentRegistry(), CONFIG, clock, rng,
+                                   scheduler.failpoints, space="a", router=router)
+
+        def send(message_id: str, to_space: str) -> None:
+            storage.transaction(lambda: rows.enqueue_message(
+                storage, message_id=message_id, from_thread="t", from_submission="sub_1",
+                to_space=to_space, to_thread="inbox", input_json="{}",
+                now=clock.now_ms()))
+
+        send("sub_1:send", "c")
+        wave = asyncio.ensure_future(delivery.run_lane(START, START + MESSAGES_DISPATCH_TIMEOUT_MS))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert router.calls == ["c"]
+        send("sub_1:send#2", "b")
+        clock.advance(POLL_MS)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        # c's call is still in flight (its bound is 10 s), b's message is delivered already.
+        assert not wave.done() and router.calls == ["c", "b"]
+        states = {m.to_space: m.state for m in rows.of_submission(storage, "sub_1")}
+        assert states == {"c": "pending", "b": "delivered"}
+        clock.advance(MESSAGE_CALL_TIMEOUT_MS)
+        assert await wave == rows.next_due(storage)
+        storage.close()
 
     asyncio.run(go())
