@@ -92,6 +92,16 @@ class RuntimeConfig(BaseModel):
         le=256,
         description="Deepest nesting of arrays and objects in any JSON value stored or read.",
     )
+    max_message_hops: int = Field(
+        16,
+        ge=1,
+        le=1_000,
+        description=(
+            "Longest chain of messages (turn.send from a submission that came from a message,"
+            " and so on) before a message fails with message.failed (MessageLoop): 1 allows"
+            " only messages sent by input from outside any message."
+        ),
+    )
     attempt_timeout_ms: int = Field(
         DEFAULT_ATTEMPT_TIMEOUT_MS,
         ge=1,

@@ -273,20 +273,22 @@ class Space:
         self.scheduler.gate.schedule(lane_id, due, cursor)
 
     def admit_message(
-        self, message_id: str, to_thread: str, agent: str | None, input_json: str
+        self, message_id: str, to_thread: str, agent: str | None, input_json: str,
+        *, hops: int = 1,
     ) -> Verdict:
         """Admit a message another space's object sent (see :mod:`threadline.threads.routing`).
 
         Idempotent by ``message_id``: the same message delivered again answers with the
         submission it became the first time. The submission, its native work and the alarm
-        commit together, then a prompt pass is asked for. Returns
+        commit together, then a prompt pass is asked for; it keeps the message's ``hops``, and
+        one past ``max_message_hops`` is refused (``MessageLoop``). Returns
         :class:`~threadline.threads.routing.Refused` for a message refused for good; raises for a
         storage failure (the sender retries).
         """
         verdict = message_rows.admit_inbound(
             self.storage, self.scheduler.gate, self.app.agents, self.app.config,
             self.clock.now_ms, message_id=message_id, to_thread=to_thread, agent=agent,
-            input_json=input_json,
+            input_json=input_json, hops=hops,
         )
         if isinstance(verdict, Accepted):
             self.scheduler.alarm.schedule_now()

@@ -321,7 +321,7 @@ class BindingRouter:
         stub = getattr(self._env, self._binding).getByName(envelope.to_space)
         answer = await stub.admit_message(
             envelope.message_id, envelope.to_thread, envelope.agent, envelope.input_json,
-            envelope.from_space, envelope.from_thread,
+            envelope.from_space, envelope.from_thread, envelope.hops,
         )
         return verdict_from_json(answer)
 
@@ -436,15 +436,21 @@ class ThreadObjectBase(DurableObject):
         input_json: Any = None,
         from_space: Any = None,
         from_thread: Any = None,
+        hops: Any = None,
     ) -> str:
         """RPC for another space's object: admit a message sent with ``turn.send`` as a
         submission of ``to_thread`` (see :meth:`Space.admit_message`), idempotently by
         ``message_id``; returns the verdict as JSON text (``{"accepted": true,
-        "submission_id": ...}`` or ``{"accepted": false, "reason": ...}``). Raises for a
-        storage failure: the sender retries."""
+        "submission_id": ...}`` or ``{"accepted": false, "reason": ...}``). ``hops`` is the
+        message's hop count (none: a sender that does not send one, counted as 1). Raises for
+        a storage failure: the sender retries."""
         del from_space, from_thread  # the message id names the sender's submission already
+        if hops is None or is_js_null(hops):
+            hops = 1
+        elif isinstance(hops, float) and hops.is_integer():
+            hops = int(hops)  # a JavaScript number; anything else is refused as it is
         verdict = self.space.admit_message(
-            message_id, to_thread, None if is_js_null(agent) else agent, input_json)
+            message_id, to_thread, None if is_js_null(agent) else agent, input_json, hops=hops)
         return verdict_to_json(verdict)
 
     async def alarm(self, alarm_info: Any = None) -> None:

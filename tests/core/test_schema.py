@@ -23,13 +23,13 @@ def _dump(storage: SqliteStorage) -> list[tuple[str, str]]:
 EXPECTED_TABLES = {
     "tl_meta", "tl_lanes", "tl_maintenance", "tl_threads", "tl_submissions", "tl_journal",
     "tl_history", "tl_waits", "tl_abort_intents", "tl_messages", "tl_schedules",
-    "tl_subscribers",
+    "tl_subscribers", "tl_message_targets", "tl_revocations",
 }
 #: Tables a later migration drops, by the migration that drops them.
 DROPPED = {"tl_outbox": schema_module._ONE_LOG}
 EXPECTED_INDEXES = {
     "tl_lanes_due", "tl_submissions_open", "tl_waits_open",
-    "tl_messages_pending", "tl_subscribers_parked",
+    "tl_messages_queue", "tl_message_targets_due", "tl_subscribers_parked",
 }
 
 
@@ -465,3 +465,25 @@ def test_parked_subscribers_are_found_through_their_partial_index(storage: Sqlit
 
     plan = storage.exec(f"EXPLAIN QUERY PLAN {_PARKED_ROWS}")
     assert any("tl_subscribers_parked" in row["detail"] for row in plan)
+
+
+def test_pending_messages_queue_per_target_in_the_order_they_were_written() -> None:
+    step = MIGRATIONS.index(schema_module._MESSAGE_TARGETS)
+    storage = SqliteStorage(":memory:")
+    migrate(storage, target=step)
+    for message_id, to_space, state, due, created in (
+        ("m3", "b", "pending", 90, 12), ("m1", "b", "pending", 95, 11),
+        ("m2", "b", "pending", 5, 12), ("m4", "c", "pending", 60, 13),
+        ("m0", "b", "delivered", None, 1),
+    ):
+        storage.exec(
+            "INSERT INTO tl_messages (id, from_thread, from_submission, to_space, to_thread,"
+            " input_json, state, next_attempt_at, created_at) VALUES (?, 't', 's', ?, 'x', '{}',"
+            " ?, ?, ?)", message_id, to_space, state, due, created)
+    assert migrate(storage, target=step + 1) == 1
+    rows = storage.exec("SELECT id, seq, hops FROM tl_messages ORDER BY id").rows
+    assert [(r["id"], r["seq"], r["hops"]) for r in rows] == [
+        ("m0", None, 1), ("m1", 1, 1), ("m2", 2, 1), ("m3", 3, 1), ("m4", 1, 1)]
+    targets = storage.exec("SELECT space, due_at, failures FROM tl_message_targets ORDER BY space")
+    assert [(r["space"], r["due_at"], r["failures"]) for r in targets] == [
+        ("b", 5, 0), ("c", 60, 0)]

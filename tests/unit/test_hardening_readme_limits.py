@@ -29,7 +29,8 @@ def expected() -> dict[str, str]:
     defaults = RuntimeConfig()
     fields = ("max_value_bytes", "max_body_bytes", "max_json_depth", "attempt_timeout_ms",
               "cancel_grace_ms", "max_attempts", "max_consecutive_losses", "lease_ms",
-              "after_native_concurrency", "max_event_streams", "max_event_streams_per_subject")
+              "max_message_hops", "after_native_concurrency", "max_event_streams",
+              "max_event_streams_per_subject")
     documented = {name: str(getattr(defaults, name)) for name in fields}
     documented.update({
         "MAX_SLEEP_SECONDS": str(MAX_SLEEP_SECONDS),

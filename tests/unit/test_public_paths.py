@@ -29,7 +29,8 @@ PUBLIC: dict[str, list[str]] = {
     ],
     "threadline.testing": [
         "DEFAULT_MAX_PASSES", "AlarmInvariantError", "Crash", "Delivery", "DeliveryFailure",
-        "Effects", "QuiescenceError", "SettlementLog", "SimulatedDeployment", "SimulatedObject",
+        "Effects", "HungTarget", "QuiescenceError", "SettlementLog", "SimulatedDeployment",
+        "SimulatedObject",
         "StatementFailure", "ThreadHarness", "alarm_invariant_problem", "is_eviction",
     ],
     "threadline.client": [

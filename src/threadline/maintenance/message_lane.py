@@ -1,29 +1,44 @@
 """The ``threadline:messages`` lane: messages sent with ``turn.send`` reach their Threads.
 
-``turn.send`` writes a pending row in ``tl_messages`` and makes this lane due; a wave delivers
-every message due, earliest first, and returns when the next pending one is due (None when
-none is pending, so the lane goes idle and arms no alarm).
+``turn.send`` writes a pending row in ``tl_messages`` at the end of its target space's queue
+and makes this lane due. Each space messages are pending to has one target row
+(``tl_message_targets``), due when its oldest pending message goes next. A wave serves every
+target due, side by side, each its messages oldest first, and returns when the next target is
+due (None when nothing is pending, so the lane goes idle and arms no alarm).
 
 * **Into the sender's own space** a message is admitted in one transaction with its marking
   as delivered (and the wave's progress): it is admitted exactly once, and a loss of the
   object before that commit leaves it pending, admitted nowhere.
 * **Into another space** it goes through the :class:`~threadline.threads.routing.MessageRouter`.
   One delivery attempt is charged first, durably (should the call hang or the object be
-  lost, the message is due again once the call's bound and a backoff have passed), then the
-  router is called, bounded by ``call_timeout_ms``. The target admits it idempotently by
-  message id, so a delivery repeated after a loss between its answer and the recording of
-  that answer finds the submission the first one made. A call that raises or times out is
-  transient: the message waits out its backoff from then (``alarm_backoff_base_ms *
-  2**attempts``, jittered over its upper half, capped at ``alarm_backoff_cap_ms``) and goes
-  again.
-* **Refused for good** (an agent the target does not register, input it refuses), a message
-  is marked ``failed`` with the reason, and a ``message.failed`` record is appended to the
-  sender's Thread log in the same transaction.
+  lost, the message and its target are due again once the call's bound and a backoff have
+  passed), then the router is called, bounded by ``call_timeout_ms``. The target admits it
+  idempotently by message id, so a delivery repeated after a loss between its answer and the
+  recording of that answer finds the submission the first one made.
+* **A target that does not answer** (the call raises or times out) backs off on its own row:
+  its oldest message waits out ``alarm_backoff_base_ms * 2**failures`` (``failures``: calls
+  in a row that did not reach it; jittered over its upper half, capped at
+  ``alarm_backoff_cap_ms``) and goes again, and the messages behind it wait for it, so a
+  target that answers again gets its messages in the order they were sent. The other targets
+  keep their own times: one hung space holds only the messages sent to it. Recording that
+  backoff is the wave's progress, so the lane never parks over a target it is backing off.
+* **Refused for good** (an agent the target does not register, input it refuses, a message
+  past ``max_message_hops``), a message is marked ``failed`` with the reason, and a
+  ``message.failed`` record is appended to the sender's Thread log in the same transaction;
+  the target's next message goes at once.
+* **A chain ends.** Each message carries its hop count (``turn.send`` from a submission that
+  came from a message of ``h`` hops sends one of ``h + 1``; the count travels in the envelope
+  and is stored with the message and the submission it becomes). One past
+  ``RuntimeConfig.max_message_hops`` fails here (``MessageLoop``, naming the count and the
+  bound) before it is delivered, and a target refuses one past its own bound the same way.
 
 A remote call starts only while its whole timeout fits before the wave's deadline, which fits
-the event's (the lane runner's rule for waves): otherwise the wave ends there and the lane is
-due again at once, for the next event. A message is tried at most once per wave, so one whose
-backoff is shorter than a call cannot spin a wave.
+the event's (the lane runner's rule for waves): otherwise that target's turn ends there and
+the lane is due again at once, for the next event. Targets are served concurrently, so a call
+that hangs to its bound costs the other targets nothing, and while one is served the wave looks
+for targets fallen due every ``POLL_MS`` (a message sent meanwhile does not wait for that
+call); each target is served once per wave, so one whose backoff is shorter than a call cannot
+spin a wave.
 """
 
 from __future__ import annotations
@@ -33,7 +48,7 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 
-from threadline.clock import Clock
+from threadline.clock import Clock, timer
 from threadline.config import RuntimeConfig
 from threadline.maintenance.lane_wave import current_wave
 from threadline.scheduling import backoff_ms
@@ -41,7 +56,7 @@ from threadline.storage.port import Storage
 from threadline.threads import history
 from threadline.threads import message_rows as rows
 from threadline.threads.agents import AgentRegistry
-from threadline.threads.message_rows import Message
+from threadline.threads.message_rows import Message, Target
 from threadline.threads.model import encode_json
 from threadline.threads.ports import PUBLICATION, Failpoints, MutationGate
 from threadline.threads.records import MESSAGE_FAILED
@@ -55,6 +70,8 @@ DELIVERY_BATCH = 50
 MESSAGES_DISPATCH_TIMEOUT_MS = 30_000
 #: Bound of one call to another space's object.
 MESSAGE_CALL_TIMEOUT_MS = 10_000
+#: While a target is being served, how often a wave looks for other targets fallen due.
+POLL_MS = 500
 #: Inside the transaction admitting a message into its own space, before it is marked.
 ADMITTING = "maintenance:messages:admitting"
 #: After another space's object answered, before the answer is recorded.
@@ -108,40 +125,71 @@ class MessageDelivery:
         self._log = log if log is not None else _logger.warning
 
     async def run_lane(self, now: int, deadline: int) -> int | None:
-        """Deliver every message due; return when the next pending one is due (None: none
-        is), or now when the deadline came first with some still due."""
-        del now  # each batch delivers what is due when it starts
-        tried: set[str] = set()
-        while True:
-            at = self._clock.now_ms()
-            if at >= deadline:
-                return at
-            due, next_due = rows.due_then_next(self._storage, at, self._batch)
-            fresh = [message for message in due if message.id not in tried]
-            if not fresh:
-                # Nothing due, or only what this wave already tried (a backoff shorter than
-                # a call): the rest is for a later wave.
-                return at if due else next_due
-            for message in fresh:
+        """Serve every target due; return when the next one is due (None: nothing is
+        pending), or now when the deadline came first with some still due."""
+        del now  # each look serves what is due when it is taken
+        served: set[str] = set()
+        serving: set[asyncio.Task[None]] = set()
+        due: list[Target] = []
+        next_due: int | None = None
+        try:
+            while True:
                 at = self._clock.now_ms()
-                remote = not self._local(message) and self._router is not None
-                if at >= deadline or (remote and at + self._call_timeout_ms > deadline):
-                    return at
-                tried.add(message.id)
-                await self._deliver(message, at, remote=remote)
-            # A turn for native work and the other waves before the next batch.
+                if at < deadline:
+                    due, next_due = rows.due_targets(self._storage, at, self._batch)
+                    for target in due:
+                        if target.space not in served:
+                            served.add(target.space)
+                            serving.add(asyncio.ensure_future(self._serve(target, deadline)))
+                if not serving:
+                    # Nothing due, or only targets this wave served already (one whose call did
+                    # not fit, or whose backoff is shorter than a call): theirs is a later wave.
+                    return at if at >= deadline or due else next_due
+                # Targets run side by side, and one that falls due meanwhile (a message sent
+                # while another space's call hangs) starts within a poll, not after that call.
+                poll = timer(self._clock, self._clock.now_ms() + POLL_MS)
+                try:
+                    done, _ = await asyncio.wait({*serving, poll},
+                                                 return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    poll.cancel()
+                for task in done - {poll}:
+                    serving.discard(task)
+                    task.result()  # a target's storage failure, or the loss, is the wave's
+        finally:
+            # Cancelled from outside (the wave's bound), or one target failed: the others stop.
+            for task in serving:
+                task.cancel()
+            if serving:
+                await asyncio.wait(serving)
+
+    async def _serve(self, target: Target, deadline: int) -> None:
+        """Deliver ``target``'s messages oldest first until none is left, one is not answered
+        (the target backs off), or the deadline comes."""
+        failures = target.failures
+        while True:
+            message = rows.head(self._storage, target.space)
+            if message is None:
+                self._storage.transaction(lambda: rows.forget_target(self._storage, target.space))
+                return
+            at = self._clock.now_ms()
+            remote = not self._local(message) and self._router is not None
+            if at >= deadline or (remote and at + self._call_timeout_ms > deadline):
+                return
+            if message.hops > self._config.max_message_hops:
+                self._fail(message, rows.loop_reason(message.hops, self._config.max_message_hops))
+            elif self._local(message):
+                self._admit_locally(message)
+            elif not remote:
+                self._fail(message, NO_ROUTE)
+            elif not await self._call(message, at, failures):
+                return
+            failures = 0
+            # Other targets, native work and the other waves get a turn between messages.
             await self._clock.sleep_until(self._clock.now_ms())
 
     def _local(self, message: Message) -> bool:
         return self.space is not None and message.to_space == self.space
-
-    async def _deliver(self, message: Message, at: int, *, remote: bool) -> None:
-        if self._local(message):
-            self._admit_locally(message)
-        elif not remote:
-            self._fail(message, NO_ROUTE)
-        else:
-            await self._call(message, at)
 
     def _admit_locally(self, message: Message) -> None:
         progress = _progress()
@@ -156,23 +204,26 @@ class MessageDelivery:
         verdict = rows.admit_inbound(
             self._storage, self._gate, self._agents, self._config, self._clock.now_ms,
             message_id=message.id, to_thread=message.to_thread, agent=message.agent,
-            input_json=message.input_json, also=mark,
+            input_json=message.input_json, hops=message.hops, also=mark,
         )
         if isinstance(verdict, Refused):
             self._fail(message, verdict.reason)
 
-    async def _call(self, message: Message, at: int) -> None:
+    async def _call(self, message: Message, at: int, failures: int) -> bool:
+        """One delivery through the router; False when it did not reach the target, which
+        then backs off (``failures`` calls in a row failed before this one)."""
         assert self._router is not None
-        backoff = backoff_ms(message.attempts, self._config, self._rng)
+        backoff = backoff_ms(failures, self._config, self._rng)
         # Should the call outlive its bound or the object be lost during it, the message is
         # due again once the call would have ended and the backoff has passed.
         fallback = at + self._call_timeout_ms + backoff
         if not self._storage.transaction(lambda: rows.claim(self._storage, message, fallback)):
-            return  # changed since it was read: the next batch reads it again
+            return False  # changed since it was read: a later wave reads it again
         envelope = MessageEnvelope(
             message_id=message.id, from_space=self.space, from_thread=message.from_thread,
             from_submission=message.from_submission, to_space=message.to_space,
             to_thread=message.to_thread, agent=message.agent, input_json=message.input_json,
+            hops=message.hops,
         )
         try:
             verdict = await self._bounded(self._router.deliver(envelope),
@@ -182,16 +233,25 @@ class MessageDelivery:
             retry_at = self._clock.now_ms() + backoff
             self._log(
                 f"threadline: message {message.id!r} to space {message.to_space!r} not "
-                f"delivered ({cause}); retried at {retry_at} (attempt {message.attempts + 1})"
+                f"delivered ({cause}); the space is retried at {retry_at} (attempt "
+                f"{message.attempts + 1}, {failures + 1} in a row to it)"
             )
-            self._storage.transaction(
-                lambda: rows.note_failure(self._storage, message.id, cause, retry_at))
-            return
+            progress = _progress()
+
+            def back_off() -> None:
+                rows.note_failure(self._storage, message, cause, retry_at)
+                # The target's backoff is this failure handled: the lane itself is not
+                # stalling, and its other targets keep going.
+                progress()
+
+            self._storage.transaction(back_off)
+            return False
         await self._failpoints.reached(ANSWERED)
         if isinstance(verdict, Accepted):
             self._record_delivered(message, verdict.submission_id)
         else:
             self._fail(message, verdict.reason)
+        return True
 
     def _record_delivered(self, message: Message, submission_id: str) -> None:
         progress = _progress()
@@ -207,7 +267,8 @@ class MessageDelivery:
         """``pending -> failed`` and the sender's ``message.failed`` record, together."""
         progress = _progress()
         body = encode_json({"message_id": message.id, "to_space": message.to_space,
-                            "to_thread": message.to_thread, "reason": reason}, max_depth=None)
+                            "to_thread": message.to_thread, "hops": message.hops,
+                            "reason": reason}, max_depth=None)
 
         def write() -> bool:
             now = self._clock.now_ms()
@@ -256,5 +317,6 @@ __all__ = [
     "MESSAGES_DISPATCH_TIMEOUT_MS",
     "MESSAGE_CALL_TIMEOUT_MS",
     "NO_ROUTE",
+    "POLL_MS",
     "MessageDelivery",
 ]

@@ -696,12 +696,46 @@ _REVOCATIONS = (
     )""",
 )
 
+# Messages are delivered target by target (threadline.maintenance.message_lane). Each space
+# messages go to has one tl_message_targets row while some are pending, due when its oldest
+# pending message goes next: a target that does not answer backs off on its own row, and the
+# messages to other spaces keep their own times (the due index of single messages goes; a wave
+# reads the targets' rows). A pending message's ``seq`` orders its target's queue as it was
+# sent, so a target that answers again gets its messages in that order; the existing pending
+# ones are numbered in the order they were written. ``hops`` counts the messages of a chain up
+# to this one (1: sent by input from outside any message), and a submission admitted from a
+# message keeps its count in ``message_hops`` (0: not from a message), so what its agent sends
+# goes one hop further, after a restart too, and a loop of messages ends at a bound.
+_MESSAGE_TARGETS = (
+    "ALTER TABLE tl_messages ADD COLUMN seq INTEGER",
+    "ALTER TABLE tl_messages ADD COLUMN hops INTEGER NOT NULL DEFAULT 1 CHECK (hops >= 1)",
+    "ALTER TABLE tl_submissions ADD COLUMN message_hops INTEGER NOT NULL DEFAULT 0"
+    " CHECK (message_hops >= 0)",
+    """UPDATE tl_messages SET seq = (SELECT count(*) FROM tl_messages m
+        WHERE m.state = 'pending' AND m.to_space = tl_messages.to_space
+        AND (m.created_at < tl_messages.created_at
+            OR (m.created_at = tl_messages.created_at AND m.id <= tl_messages.id)))
+    WHERE state = 'pending'""",
+    "DROP INDEX tl_messages_pending",
+    "CREATE INDEX tl_messages_queue ON tl_messages (to_space, seq) WHERE state = 'pending'",
+    """CREATE TABLE tl_message_targets (
+        space TEXT PRIMARY KEY NOT NULL,
+        due_at INTEGER NOT NULL,
+        failures INTEGER NOT NULL DEFAULT 0 CHECK (failures >= 0),
+        last_error TEXT
+    ) WITHOUT ROWID""",
+    "CREATE INDEX tl_message_targets_due ON tl_message_targets (due_at)",
+    """INSERT INTO tl_message_targets (space, due_at)
+    SELECT to_space, min(next_attempt_at) FROM tl_messages WHERE state = 'pending'
+    GROUP BY to_space""",
+)
+
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
 MIGRATIONS: list[tuple[str, ...]] = [
     _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS, _LEAN_SUBMISSIONS,
     _LEAN_OUTBOX, _HELD_FOLLOWERS, _LOSSES, _SCHEDULES, _DELAYED, _LANES_KEY,
     _JOINED_TO, _MESSAGE_ROUTING, _SUBSCRIBERS, _SPACE_NAME, _ONE_LOG, _LEAN_HISTORY,
-    _SUBJECTS, _WAIT_THREADS, _PARKED_SUBSCRIBERS, _REVOCATIONS,
+    _SUBJECTS, _WAIT_THREADS, _PARKED_SUBSCRIBERS, _REVOCATIONS, _MESSAGE_TARGETS,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -14,7 +14,12 @@ from threadline.testing.alarm_invariants import (
     alarm_invariant_problem,
 )
 from threadline.testing.counters import Effects, SettlementLog
-from threadline.testing.deployment import Delivery, DeliveryFailure, SimulatedDeployment
+from threadline.testing.deployment import (
+    Delivery,
+    DeliveryFailure,
+    HungTarget,
+    SimulatedDeployment,
+)
 from threadline.testing.simulated_object import DEFAULT_MAX_PASSES, SimulatedObject
 from threadline.testing.storage_faults import Crash, StatementFailure, is_eviction
 from threadline.testing.thread_harness import ThreadHarness
@@ -26,6 +31,7 @@ __all__ = [
     "Delivery",
     "DeliveryFailure",
     "Effects",
+    "HungTarget",
     "QuiescenceError",
     "SettlementLog",
     "SimulatedDeployment",

@@ -3,11 +3,13 @@
 :class:`SimulatedDeployment` shares one manual clock between the spaces' objects, fires their
 alarms earliest first and routes the messages they send each other as the Worker's ``THREADS``
 binding does, recording each call as a :class:`Delivery` and failing calls in transit on
-request (:class:`DeliveryFailure`).
+request (:class:`DeliveryFailure`) or holding them unanswered while a target hangs
+(:class:`HungTarget`).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass
 from types import TracebackType
@@ -33,6 +35,28 @@ class DeliveryFailure:
     #: How many more deliveries will fail.
     remaining: int
     error: type[Exception]
+
+
+class HungTarget:
+    """A space whose object takes calls and never answers them, installed by
+    :meth:`SimulatedDeployment.hang_deliveries`, until :meth:`release`."""
+
+    def __init__(self, to_space: str) -> None:
+        self.to_space = to_space
+        #: Calls that reached the hung object so far.
+        self.calls = 0
+        self.released = False
+        self._answer = asyncio.Event()
+
+    def release(self) -> None:
+        """The object answers again: calls still waiting fail in transit (the sender retries
+        them), later ones reach it."""
+        self.released = True
+        self._answer.set()
+
+    async def wait(self) -> None:
+        self.calls += 1
+        await self._answer.wait()
 
 
 @dataclass(frozen=True)
@@ -98,6 +122,7 @@ class SimulatedDeployment:
         #: Every cross-space delivery routed, in order.
         self.deliveries: list[Delivery] = []
         self._failures: list[DeliveryFailure] = []
+        self._hung: dict[str, HungTarget] = {}
         self._router = _DeploymentRouter(self)
         for name in spaces:
             self.space(name)
@@ -204,8 +229,21 @@ class SimulatedDeployment:
         self._failures.append(failure)
         return failure
 
+    def hang_deliveries(self, to_space: str) -> HungTarget:
+        """Make the object of ``to_space`` hang: every call into it waits, unanswered, until
+        the returned :class:`HungTarget` is released (the sender's call timeout ends it
+        first), as an overloaded or wedged object would."""
+        hung = HungTarget(to_space)
+        self._hung[to_space] = hung
+        return hung
+
     async def route(self, envelope: MessageEnvelope) -> Verdict:
         """Deliver one message to its target space's object (the router's work)."""
+        hung = self._hung.get(envelope.to_space)
+        if hung is not None and not hung.released:
+            self.deliveries.append(Delivery(envelope.message_id, envelope.to_space, None))
+            await hung.wait()
+            raise ConnectionError(f"space {envelope.to_space!r} did not answer")
         for failure in self._failures:
             if failure.remaining > 0 and failure.to_space in (None, envelope.to_space):
                 failure.remaining -= 1
@@ -216,7 +254,8 @@ class SimulatedDeployment:
             await target.start()
         try:
             verdict = target.space.admit_message(
-                envelope.message_id, envelope.to_thread, envelope.agent, envelope.input_json)
+                envelope.message_id, envelope.to_thread, envelope.agent, envelope.input_json,
+                hops=envelope.hops)
         except BaseException as exc:
             if not is_eviction(exc):
                 raise
@@ -228,4 +267,4 @@ class SimulatedDeployment:
         return verdict
 
 
-__all__ = ["Delivery", "DeliveryFailure", "SimulatedDeployment"]
+__all__ = ["Delivery", "DeliveryFailure", "HungTarget", "SimulatedDeployment"]

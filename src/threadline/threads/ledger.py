@@ -82,8 +82,8 @@ _CREATE_THREAD = (
 _NEXT_SEQ = "SELECT COALESCE(MAX(seq), 0) + 1 AS seq FROM tl_submissions WHERE thread_id = ?"
 _INSERT = (
     "INSERT INTO tl_submissions (id, thread_id, seq, agent, idempotency_key, input_json,"
-    " input_digest, state, not_before, created_at, updated_at, submitted_by)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?)"
+    " input_digest, state, not_before, created_at, updated_at, submitted_by, message_hops)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?)"
 )
 # RETURNING reads the row back (a row read in workerd): only for a caller that answers with it.
 _INSERT_RETURNING = _INSERT + " RETURNING *"
@@ -384,12 +384,14 @@ def enqueue(
     not_before: int | None = None,
     created_at: int | None = None,
     submitted_by: str | None = None,
+    message_hops: int = 0,
     returning: bool = False,
 ) -> Submission | None:
     """Write a new queued submission at the end of its Thread's FIFO (creating the Thread).
 
     Inside the caller's gate transaction, which records the admission (new native work).
-    ``submitted_by`` is the subject of the principal that submitted it, if one did. With
+    ``submitted_by`` is the subject of the principal that submitted it, if one did;
+    ``message_hops`` the hop count of the message it is admitted from (0: none). With
     ``returning`` the submission comes back as written (one row read more), else None.
     """
     storage.exec(_CREATE_THREAD, thread_id, now, now)
@@ -397,7 +399,7 @@ def enqueue(
     written = storage.exec(
         _INSERT_RETURNING if returning else _INSERT, submission_id, thread_id, seq, agent,
         idempotency_key, input_json, input_digest, not_before,
-        now if created_at is None else created_at, now, submitted_by,
+        now if created_at is None else created_at, now, submitted_by, message_hops,
     )
     return Submission.from_row(written.one()) if returning else None
 

@@ -2,17 +2,23 @@
 
 Sending: an Attempt only writes the row, in its own transaction, with an id derived from the
 submission and the send's place in it (``<submission id>:send``, ``...:send#2``), so a replay
-finds the row instead of sending twice. The ``threadline:messages`` lane delivers pending rows
-(:mod:`threadline.maintenance.message_lane`); a row ends ``delivered`` (with the submission it
-became) or ``failed`` (with the reason).
+finds the row instead of sending twice. The row joins the end of its target space's queue
+(``seq``) and carries its hop count (``hops``). Each space messages are pending to has one
+target row (``tl_message_targets``): due when its oldest pending message goes next, backed off
+alone when a call to it fails (:func:`note_failure`), due at once again whenever that message
+is settled (:func:`mark_delivered`, :func:`mark_failed`), and gone when nothing is pending to
+it. The ``threadline:messages`` lane delivers (:mod:`threadline.maintenance.message_lane`);
+a row ends ``delivered`` (with the submission it became) or ``failed`` (with the reason).
 
 Receiving (:func:`admit_inbound`): a message becomes a submission of the target Thread whose
 idempotency key and id are derived from the message id, so delivering it again, from the same
-space or another, finds that submission instead of adding one.
+space or another, finds that submission instead of adding one. The submission keeps the
+message's hop count (``message_hops``), and one past ``max_message_hops`` is refused.
 
-Every read goes through a key or an index: the lane's (the due rows, the next due time) seek
-in the partial index of pending rows, a submission's messages are a range of the primary key
-(their ids start with the submission's).
+Every read goes through a key or an index: the lane's (the due targets, the next due time) seek
+in the targets' due index, a target's oldest message in the partial index of pending rows by
+target and ``seq``, a submission's messages are a range of the primary key (their ids start
+with the submission's).
 """
 
 from __future__ import annotations
@@ -31,33 +37,37 @@ from threadline.threads.routing import Accepted, Refused, Verdict
 
 _SELECT = (
     "SELECT id, from_thread, from_submission, to_space, to_thread, agent, input_json, state,"
-    " attempts, next_attempt_at, last_error, admitted_as, created_at, delivered_at, failed_at"
-    " FROM tl_messages"
+    " attempts, next_attempt_at, last_error, admitted_as, created_at, delivered_at, failed_at,"
+    " seq, hops FROM tl_messages"
 )
 _EXISTS = "SELECT 1 AS present FROM tl_messages WHERE id = ?"
+# A new message joins the end of its target's queue (``seq`` one past the pending ones there).
 _INSERT = (
     "INSERT INTO tl_messages (id, from_thread, from_submission, to_space, to_thread, agent,"
-    " input_json, next_attempt_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " input_json, next_attempt_at, created_at, hops, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+    " (SELECT coalesce(max(seq), 0) + 1 FROM tl_messages INDEXED BY tl_messages_queue"
+    " WHERE state = 'pending' AND to_space = ?))"
     " ON CONFLICT (id) DO NOTHING"
 )
-# The partial index holds pending rows only, in due order: each read is what it returns,
-# however many messages were delivered before. Most waves find one row due, answered by the
-# first two rows of the index; otherwise a second read takes a batch due and the next one.
-_PENDING = _SELECT + " INDEXED BY tl_messages_pending WHERE state = 'pending'"
-_FIRST_TWO = _PENDING + " ORDER BY next_attempt_at LIMIT 2"
-_DUE_THEN_NEXT = (
-    "SELECT * FROM (SELECT id, from_thread, from_submission, to_space, to_thread, agent,"
-    " input_json, state, attempts, next_attempt_at, last_error, admitted_as, created_at,"
-    " delivered_at, failed_at FROM tl_messages INDEXED BY tl_messages_pending"
-    " WHERE state = 'pending' AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ?)"
-    " UNION ALL SELECT * FROM (SELECT id, from_thread, from_submission, to_space, to_thread,"
-    " agent, input_json, state, attempts, next_attempt_at, last_error, admitted_as, created_at,"
-    " delivered_at, failed_at FROM tl_messages INDEXED BY tl_messages_pending"
-    " WHERE state = 'pending' AND next_attempt_at > ? ORDER BY next_attempt_at LIMIT 1)"
+# A target that already has a row keeps its time: the new message waits behind the others.
+_ADD_TARGET = (
+    "INSERT INTO tl_message_targets (space, due_at) VALUES (?, ?) ON CONFLICT (space) DO NOTHING"
 )
+_TARGET_COLUMNS = "SELECT space, due_at, failures, last_error FROM tl_message_targets"
+# Each read is what it returns, however many targets wait later or messages were delivered.
+_DUE_TARGETS = _TARGET_COLUMNS + " INDEXED BY tl_message_targets_due ORDER BY due_at LIMIT ?"
+_TARGET = _TARGET_COLUMNS + " WHERE space = ?"
 _NEXT_DUE = (
-    "SELECT next_attempt_at FROM tl_messages INDEXED BY tl_messages_pending"
-    " WHERE state = 'pending' ORDER BY next_attempt_at LIMIT 1"
+    "SELECT due_at FROM tl_message_targets INDEXED BY tl_message_targets_due"
+    " ORDER BY due_at LIMIT 1"
+)
+_HEAD = (
+    _SELECT + " INDEXED BY tl_messages_queue WHERE state = 'pending' AND to_space = ?"
+    " ORDER BY seq, id LIMIT 1"
+)
+_QUEUED = (
+    "SELECT 1 AS present FROM tl_messages INDEXED BY tl_messages_queue"
+    " WHERE state = 'pending' AND to_space = ? LIMIT 1"
 )
 # A submission's message ids all start with "<submission id>:" (":" sorts just below ";").
 _OF_SUBMISSION = _SELECT + " WHERE id > ? AND id < ? LIMIT ?"
@@ -69,13 +79,23 @@ _CLAIM = (
 _NOTE_FAILURE = (
     "UPDATE tl_messages SET last_error = ?, next_attempt_at = ? WHERE id = ? AND state = 'pending'"
 )
+_TARGET_AT = "UPDATE tl_message_targets SET due_at = ? WHERE space = ?"
+_TARGET_FAILED = (
+    "UPDATE tl_message_targets SET failures = failures + 1, due_at = ?, last_error = ?"
+    " WHERE space = ?"
+)
+# The target answered (or was not called): its next message goes at once, from a fresh backoff.
+_TARGET_NEXT = (
+    "UPDATE tl_message_targets SET due_at = ?, failures = 0, last_error = NULL WHERE space = ?"
+)
+_TARGET_DONE = "DELETE FROM tl_message_targets WHERE space = ?"
 _DELIVERED = (
     "UPDATE tl_messages SET state = 'delivered', next_attempt_at = NULL, admitted_as = ?,"
-    " delivered_at = ? WHERE id = ? AND state = 'pending'"
+    " delivered_at = ? WHERE id = ? AND state = 'pending' RETURNING to_space"
 )
 _FAILED = (
     "UPDATE tl_messages SET state = 'failed', next_attempt_at = NULL, last_error = ?,"
-    " failed_at = ? WHERE id = ? AND state = 'pending'"
+    " failed_at = ? WHERE id = ? AND state = 'pending' RETURNING to_space"
 )
 
 #: Longest reason kept with a failed message (and in its ``message.failed`` record).
@@ -109,6 +129,28 @@ class Message:
     created_at: int
     delivered_at: int | None
     failed_at: int | None
+    #: Its place in its target's queue while pending (None once delivered or failed).
+    seq: int | None = None
+    #: Messages of its chain up to this one: 1 when the sending submission came from outside
+    #: any message, one more than that submission's message otherwise.
+    hops: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One ``tl_message_targets`` row: a space messages are pending to, and when its oldest
+    pending message goes next."""
+
+    space: str
+    due_at: int
+    #: Calls in a row that did not reach it (the exponent of its backoff).
+    failures: int
+    last_error: str | None
+
+
+def _target(row: Row) -> Target:
+    return Target(space=str(row["space"]), due_at=int(row["due_at"]),
+                  failures=int(row["failures"]), last_error=row["last_error"])
 
 
 def _message(row: Row) -> Message:
@@ -119,7 +161,8 @@ def _message(row: Row) -> Message:
         state=str(row["state"]), attempts=int(row["attempts"]),
         next_attempt_at=row["next_attempt_at"], last_error=row["last_error"],
         admitted_as=row["admitted_as"], created_at=int(row["created_at"]),
-        delivered_at=row["delivered_at"], failed_at=row["failed_at"],
+        delivered_at=row["delivered_at"], failed_at=row["failed_at"], seq=row["seq"],
+        hops=int(row["hops"]),
     )
 
 
@@ -139,28 +182,44 @@ def enqueue_message(
     input_json: str,
     now: int,
     agent: str | None = None,
+    hops: int = 1,
 ) -> bool:
-    """Write a pending message due for delivery now; True when this call added it."""
+    """Write a pending message at the end of its target's queue; True when this call added
+    it. A target with nothing pending becomes due now; one with messages pending (backing
+    off, say) keeps its time, and the new message goes after those."""
     written = storage.exec(
         _INSERT, message_id, from_thread, from_submission, to_space, to_thread, agent,
-        input_json, now, now,
+        input_json, now, now, hops, to_space,
     ).changed
-    return written == 1
+    if written != 1:
+        return False
+    storage.exec(_ADD_TARGET, to_space, now)
+    return True
 
 
-def due_then_next(storage: Storage, now: int, limit: int) -> tuple[list[Message], int | None]:
-    """At most ``limit`` pending messages due at ``now``, earliest first, and when the first
-    one not due yet is (None: none waits)."""
-    rows = [_message(row) for row in storage.exec(_FIRST_TWO)]
-    if limit > 1 and len(rows) == 2 and (rows[1].next_attempt_at or 0) <= now:
-        rows = [_message(row) for row in storage.exec(_DUE_THEN_NEXT, now, limit, now)]
-    due = [row for row in rows if (row.next_attempt_at or 0) <= now][:limit]
-    later = (row.next_attempt_at for row in rows if (row.next_attempt_at or 0) > now)
-    return due, next(later, None)
+def due_targets(storage: Storage, now: int, limit: int) -> tuple[list[Target], int | None]:
+    """At most ``limit`` targets due at ``now``, earliest first, and when the first target
+    after them is due (None: no other has messages pending). One indexed read."""
+    targets = [_target(row) for row in storage.exec(_DUE_TARGETS, limit + 1)]
+    due = [target for target in targets[:limit] if target.due_at <= now]
+    after = targets[len(due):]
+    return due, after[0].due_at if after else None
+
+
+def target(storage: Storage, space: str) -> Target | None:
+    """The target row of ``space`` (None: nothing pending to it)."""
+    row = storage.exec(_TARGET, space).first()
+    return None if row is None else _target(row)
+
+
+def head(storage: Storage, space: str) -> Message | None:
+    """The oldest pending message to ``space``: the one its target delivers next."""
+    row = storage.exec(_HEAD, space).first()
+    return None if row is None else _message(row)
 
 
 def next_due(storage: Storage) -> int | None:
-    """When the earliest pending message is due (one indexed row), or None."""
+    """When the earliest target is due (one indexed row), or None: nothing is pending."""
     value = storage.exec(_NEXT_DUE).scalar()
     return None if value is None else int(value)
 
@@ -175,24 +234,59 @@ def of_submission(
 
 def claim(storage: Storage, message: Message, retry_at: int) -> bool:
     """Charge one delivery attempt before calling out: should the call hang or the object be
-    lost, the message is due again at ``retry_at``, not at once. False when it changed since
-    it was read."""
-    return storage.exec(_CLAIM, retry_at, message.id, message.attempts).changed == 1
+    lost, the message and its target are due again at ``retry_at``, not at once. False when
+    the message changed since it was read."""
+    if storage.exec(_CLAIM, retry_at, message.id, message.attempts).changed != 1:
+        return False
+    storage.exec(_TARGET_AT, retry_at, message.to_space)
+    return True
 
 
-def note_failure(storage: Storage, message_id: str, error: str, retry_at: int) -> None:
-    """Keep the latest transient failure of a pending message, and when it goes again."""
-    storage.exec(_NOTE_FAILURE, _cut(error), retry_at, message_id)
+def note_failure(storage: Storage, message: Message, error: str, retry_at: int) -> None:
+    """Keep the latest transient failure of a pending message, and back its target off to
+    ``retry_at``: nothing more goes there before, and the other targets keep their times."""
+    cut = _cut(error)
+    storage.exec(_NOTE_FAILURE, cut, retry_at, message.id)
+    storage.exec(_TARGET_FAILED, retry_at, cut, message.to_space)
 
 
 def mark_delivered(storage: Storage, message_id: str, submission_id: str, now: int) -> bool:
-    """``pending -> delivered``, naming the submission it became; False when not pending."""
-    return storage.exec(_DELIVERED, submission_id, now, message_id).changed == 1
+    """``pending -> delivered``, naming the submission it became, and its target's next
+    message due now; False when not pending."""
+    row = storage.exec(_DELIVERED, submission_id, now, message_id).first()
+    if row is None:
+        return False
+    _next_in_line(storage, str(row["to_space"]), now)
+    return True
 
 
 def mark_failed(storage: Storage, message_id: str, reason: str, now: int) -> bool:
-    """``pending -> failed`` with ``reason``; False when not pending."""
-    return storage.exec(_FAILED, _cut(reason), now, message_id).changed == 1
+    """``pending -> failed`` with ``reason``, and its target's next message due now; False
+    when not pending."""
+    row = storage.exec(_FAILED, _cut(reason), now, message_id).first()
+    if row is None:
+        return False
+    _next_in_line(storage, str(row["to_space"]), now)
+    return True
+
+
+def _next_in_line(storage: Storage, space: str, now: int) -> None:
+    if storage.exec(_QUEUED, space).first() is None:
+        storage.exec(_TARGET_DONE, space)
+    else:
+        storage.exec(_TARGET_NEXT, now, space)
+
+
+def forget_target(storage: Storage, space: str) -> None:
+    """Drop the row of a target with nothing pending (it cannot hold the lane due)."""
+    if storage.exec(_QUEUED, space).first() is None:
+        storage.exec(_TARGET_DONE, space)
+
+
+def loop_reason(hops: int, bound: int) -> str:
+    """Why a message of a chain past the bound fails: ``MessageLoop: ...``."""
+    return (f"MessageLoop: the message is hop {hops} of a chain of messages, past the bound "
+            f"of {bound} (max_message_hops)")
 
 
 def _cut(text: str) -> str:
@@ -237,6 +331,7 @@ def admit_inbound(
     to_thread: str,
     agent: str | None,
     input_json: str,
+    hops: int = 1,
     also: Callable[[str], None] | None = None,
 ) -> Verdict:
     """Admit a message as a submission of ``to_thread``, once whatever the deliveries.
@@ -247,8 +342,12 @@ def admit_inbound(
     ``also(submission_id)`` (the sender's own bookkeeping, when the message is local) commit
     in one transaction; a refusal writes nothing.
 
-    Refused for good (:class:`~threadline.threads.routing.Refused`): a Thread id or input this
-    deployment refuses, an agent it does not register (``BindingUnavailable``), no agent named
+    ``hops`` is the message's hop count (see :class:`Message`); its submission keeps it, so
+    what its agent sends goes one hop further.
+
+    Refused for good (:class:`~threadline.threads.routing.Refused`): a message past the
+    deployment's ``max_message_hops`` (``MessageLoop``), a Thread id or input this deployment
+    refuses, an agent it does not register (``BindingUnavailable``), no agent named
     for a new Thread while several are registered, or the key already used with other input.
     Storage failures raise: the delivery is retried.
     """
@@ -257,6 +356,10 @@ def admit_inbound(
                        " characters")
     if not isinstance(input_json, str):
         return Refused("ValidationFailed: a message's input is JSON text")
+    if isinstance(hops, bool) or not isinstance(hops, int) or hops < 1:
+        return Refused("ValidationFailed: a message's hop count is an integer of at least 1")
+    if hops > config.max_message_hops:
+        return Refused(loop_reason(hops, config.max_message_hops))
     key = inbound_key(message_id)
     try:
         check_id(to_thread, field="thread")
@@ -293,7 +396,7 @@ def admit_inbound(
             at = now()
             ledger.enqueue(storage, submission_id=made, thread_id=to_thread, agent=chosen,
                            idempotency_key=key, input_json=canonical,
-                           input_digest=input_digest, now=at)
+                           input_digest=input_digest, now=at, message_hops=hops)
             gate.record_admission([to_thread])
             admitted = made
         if also is not None:
@@ -311,12 +414,16 @@ __all__ = [
     "MAX_REASON_CHARS",
     "MESSAGES_LISTED",
     "Message",
+    "Target",
     "admit_inbound",
     "claim",
-    "due_then_next",
+    "due_targets",
     "enqueue_message",
+    "forget_target",
+    "head",
     "inbound_key",
     "inbound_submission_id",
+    "loop_reason",
     "mark_delivered",
     "mark_failed",
     "message_exists",
@@ -324,4 +431,5 @@ __all__ = [
     "note_failure",
     "of_submission",
     "refusal",
+    "target",
 ]

@@ -187,6 +187,9 @@ class Submission:
     #: The subject of the principal that submitted it (None: unknown, or no principal: a
     #: message from another Thread, a schedule's run, an agent's own admission).
     submitted_by: str | None = None
+    #: The hop count of the message it was admitted from (0: it came from no message); a
+    #: message its agent sends goes one hop further.
+    message_hops: int = 0
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Submission:
@@ -215,6 +218,7 @@ class Submission:
             loss_cause=None if row["loss_cause"] is None else LossCause(row["loss_cause"]),
             joined_to=row["joined_to"],
             submitted_by=row["submitted_by"],
+            message_hops=int(row["message_hops"]),
         )
 
 

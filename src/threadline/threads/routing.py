@@ -6,7 +6,9 @@ delivered. Into another space it goes through a :class:`MessageRouter`: in worke
 ``THREADS`` Durable Object binding (:mod:`threadline.worker`), in tests
 :class:`threadline.testing.SimulatedDeployment`. The target admits it idempotently by message
 id, so a redelivery (a crash after the target accepted and before the sender recorded it)
-finds the submission it made the first time instead of adding one.
+finds the submission it made the first time instead of adding one. The envelope carries the
+message's hop count, so a chain of messages between spaces ends at the bound
+(``RuntimeConfig.max_message_hops``) as one inside a space does.
 
 A router answers :class:`Accepted` or :class:`Refused` (for good: an agent the target does not
 register, input it refuses); anything it raises is transient and retried with backoff.
@@ -32,6 +34,9 @@ class MessageEnvelope:
     #: The agent to run it at the target; None: the target Thread's latest, else its only one.
     agent: str | None
     input_json: str
+    #: The message's hop count (see :class:`~threadline.threads.message_rows.Message`): the
+    #: target refuses one past its ``max_message_hops`` and keeps it with the submission.
+    hops: int = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -118,8 +118,10 @@ class Turn(TurnBase):
         submission of ``thread`` for ``agent`` (None: the Thread's latest agent there, else
         its only one), admitted once by message id however often it is delivered. A message
         refused there for good (an unknown agent, invalid input) is marked failed and a
-        ``message.failed`` record lands in this Thread's log. This submission's detail lists
-        its messages and their states.
+        ``message.failed`` record lands in this Thread's log. It goes one hop further than the
+        message this submission came from (1 when it came from none); past
+        ``max_message_hops`` it fails that way too (``MessageLoop``). This submission's detail
+        lists its messages and their states.
         """
         checked(lambda: check_space_id(space))
         checked(lambda: check_id(thread, field="thread"))
@@ -131,12 +133,13 @@ class Turn(TurnBase):
             return message_id
         input_json = self._encode_or_fail(input, field="message input")
         await self._boundary()
+        hops = self._claim.submission.message_hops + 1
 
         def write() -> None:
             message_rows.enqueue_message(
                 self._storage, message_id=message_id, from_thread=self.thread_id,
                 from_submission=self.submission_id, to_space=space, to_thread=thread,
-                input_json=input_json, now=self._clock.now_ms(), agent=agent,
+                input_json=input_json, now=self._clock.now_ms(), agent=agent, hops=hops,
             )
 
         self._write(write, lanes=(MESSAGES,))

@@ -36,7 +36,7 @@ def test_a_message_to_an_agent_unknown_there_fails_with_a_record_in_the_senders_
             assert failed[0]["record_id"] == f"{message.id}:failed"
             assert failed[0]["submission_id"] == sub.id
             assert json.loads(failed[0]["body_json"]) == {
-                "message_id": message.id, "to_space": "b", "to_thread": "inbox",
+                "message_id": message.id, "to_space": "b", "to_thread": "inbox", "hops": 1,
                 "reason": message.last_error,
             }
             # Refused for good: tried once, never again.
