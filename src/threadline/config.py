@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+#: A space id as every route and message names one (see ``threadline.threads.model``).
+_SPACE_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 #: Cloudflare stops an alarm handler after 15 minutes of wall time.
 PLATFORM_ALARM_WALL_LIMIT_MS = 900_000
@@ -102,6 +106,16 @@ class RuntimeConfig(BaseModel):
             " only messages sent by input from outside any message."
         ),
     )
+    message_senders: tuple[str, ...] | None = Field(
+        None,
+        max_length=1_000,
+        description=(
+            "The spaces whose messages (turn.send) this deployment's spaces admit; a message"
+            " from any other is refused for good (message.failed at its sender). None: any"
+            " space that reaches the object through the namespace binding. A space's own"
+            " messages are always admitted."
+        ),
+    )
     attempt_timeout_ms: int = Field(
         DEFAULT_ATTEMPT_TIMEOUT_MS,
         ge=1,
@@ -153,6 +167,16 @@ class RuntimeConfig(BaseModel):
             " hold open on one object; beyond it 429 with Retry-After."
         ),
     )
+
+    @field_validator("message_senders")
+    @classmethod
+    def _space_ids(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        for space in value or ():
+            if (_SPACE_ID.fullmatch(space) is None or space in (".", "..")
+                    or space.startswith("threadline:")):
+                raise ValueError(f"{space!r} is not a space id ([A-Za-z0-9._:-]{{1,128}}, not"
+                                 " '.', '..' or under the reserved threadline: prefix)")
+        return value
 
     @model_validator(mode="after")
     def _check_relations(self) -> Self:

@@ -274,21 +274,23 @@ class Space:
 
     def admit_message(
         self, message_id: str, to_thread: str, agent: str | None, input_json: str,
-        *, hops: int = 1,
+        *, hops: int = 1, from_space: str | None = None, from_thread: str | None = None,
     ) -> Verdict:
         """Admit a message another space's object sent (see :mod:`threadline.threads.routing`).
 
         Idempotent by ``message_id``: the same message delivered again answers with the
         submission it became the first time. The submission, its native work and the alarm
         commit together, then a prompt pass is asked for; it keeps the message's ``hops``, and
-        one past ``max_message_hops`` is refused (``MessageLoop``). Returns
+        one past ``max_message_hops`` is refused (``MessageLoop``). ``from_space`` and
+        ``from_thread`` are where the sending object says it sent it from: the submission
+        keeps them, and a space outside ``message_senders`` is refused. Returns
         :class:`~threadline.threads.routing.Refused` for a message refused for good; raises for a
         storage failure (the sender retries).
         """
         verdict = message_rows.admit_inbound(
             self.storage, self.scheduler.gate, self.app.agents, self.app.config,
             self.clock.now_ms, message_id=message_id, to_thread=to_thread, agent=agent,
-            input_json=input_json, hops=hops,
+            input_json=input_json, hops=hops, from_space=from_space, from_thread=from_thread,
         )
         if isinstance(verdict, Accepted):
             self.scheduler.alarm.schedule_now()

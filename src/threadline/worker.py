@@ -442,15 +442,19 @@ class ThreadObjectBase(DurableObject):
         submission of ``to_thread`` (see :meth:`Space.admit_message`), idempotently by
         ``message_id``; returns the verdict as JSON text (``{"accepted": true,
         "submission_id": ...}`` or ``{"accepted": false, "reason": ...}``). ``hops`` is the
-        message's hop count (none: a sender that does not send one, counted as 1). Raises for
-        a storage failure: the sender retries."""
-        del from_space, from_thread  # the message id names the sender's submission already
+        message's hop count (none: a sender that does not send one, counted as 1);
+        ``from_space`` and ``from_thread`` where the sender says it sent it from (kept with
+        the submission, and checked against ``message_senders``). The platform lets only
+        this account's Workers hold the namespace binding; the object takes their word for
+        the sender. Raises for a storage failure: the sender retries."""
         if hops is None or is_js_null(hops):
             hops = 1
         elif isinstance(hops, float) and hops.is_integer():
             hops = int(hops)  # a JavaScript number; anything else is refused as it is
         verdict = self.space.admit_message(
-            message_id, to_thread, None if is_js_null(agent) else agent, input_json, hops=hops)
+            message_id, to_thread, None if is_js_null(agent) else agent, input_json, hops=hops,
+            from_space=None if is_js_null(from_space) else from_space,
+            from_thread=None if is_js_null(from_thread) else from_thread)
         return verdict_to_json(verdict)
 
     async def alarm(self, alarm_info: Any = None) -> None:

@@ -275,6 +275,13 @@ class SubmissionView(_Response):
             " schedule's run, an agent's own admission."
         )
     )
+    message_from: str | None = Field(
+        None,
+        description=(
+            "For a submission admitted from a message (`turn.send`): where it was sent,"
+            " `<space>/<thread>`, as the sending space's object named them. Null otherwise."
+        ),
+    )
 
 
 class WaitView(_Response):

@@ -46,6 +46,7 @@ def _scheduled_fields(scheduled: ScheduledSubmission) -> dict[str, object]:
         "updated_at": scheduled.created_at,
         "settled_at": None,
         "submitted_by": scheduled.submitted_by,
+        "message_from": None,
     }
 
 
@@ -70,6 +71,7 @@ def _submission_fields(submission: Submission | ScheduledSubmission) -> dict[str
         "updated_at": submission.updated_at,
         "settled_at": submission.settled_at,
         "submitted_by": submission.submitted_by,
+        "message_from": submission.message_from,
     }
 
 

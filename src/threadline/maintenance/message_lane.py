@@ -204,7 +204,8 @@ class MessageDelivery:
         verdict = rows.admit_inbound(
             self._storage, self._gate, self._agents, self._config, self._clock.now_ms,
             message_id=message.id, to_thread=message.to_thread, agent=message.agent,
-            input_json=message.input_json, hops=message.hops, also=mark,
+            input_json=message.input_json, hops=message.hops, from_space=self.space,
+            from_thread=message.from_thread, local=True, also=mark,
         )
         if isinstance(verdict, Refused):
             self._fail(message, verdict.reason)

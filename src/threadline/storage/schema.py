@@ -730,12 +730,18 @@ _MESSAGE_TARGETS = (
     GROUP BY to_space""",
 )
 
+# A submission admitted from a message keeps where the message came from, as the sending
+# object named it ("<space>/<thread>"), so its detail and its settlement record say which
+# space and Thread caused it. Ids never hold a "/", so the two parts read back unambiguously.
+_MESSAGE_FROM = ("ALTER TABLE tl_submissions ADD COLUMN message_from TEXT",)
+
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
 MIGRATIONS: list[tuple[str, ...]] = [
     _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS, _LEAN_SUBMISSIONS,
     _LEAN_OUTBOX, _HELD_FOLLOWERS, _LOSSES, _SCHEDULES, _DELAYED, _LANES_KEY,
     _JOINED_TO, _MESSAGE_ROUTING, _SUBSCRIBERS, _SPACE_NAME, _ONE_LOG, _LEAN_HISTORY,
     _SUBJECTS, _WAIT_THREADS, _PARKED_SUBSCRIBERS, _REVOCATIONS, _MESSAGE_TARGETS,
+    _MESSAGE_FROM,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -255,7 +255,8 @@ class SimulatedDeployment:
         try:
             verdict = target.space.admit_message(
                 envelope.message_id, envelope.to_thread, envelope.agent, envelope.input_json,
-                hops=envelope.hops)
+                hops=envelope.hops, from_space=envelope.from_space,
+                from_thread=envelope.from_thread)
         except BaseException as exc:
             if not is_eviction(exc):
                 raise

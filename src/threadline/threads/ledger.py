@@ -82,8 +82,8 @@ _CREATE_THREAD = (
 _NEXT_SEQ = "SELECT COALESCE(MAX(seq), 0) + 1 AS seq FROM tl_submissions WHERE thread_id = ?"
 _INSERT = (
     "INSERT INTO tl_submissions (id, thread_id, seq, agent, idempotency_key, input_json,"
-    " input_digest, state, not_before, created_at, updated_at, submitted_by, message_hops)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?)"
+    " input_digest, state, not_before, created_at, updated_at, submitted_by, message_hops,"
+    " message_from) VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?)"
 )
 # RETURNING reads the row back (a row read in workerd): only for a caller that answers with it.
 _INSERT_RETURNING = _INSERT + " RETURNING *"
@@ -385,13 +385,15 @@ def enqueue(
     created_at: int | None = None,
     submitted_by: str | None = None,
     message_hops: int = 0,
+    message_from: str | None = None,
     returning: bool = False,
 ) -> Submission | None:
     """Write a new queued submission at the end of its Thread's FIFO (creating the Thread).
 
     Inside the caller's gate transaction, which records the admission (new native work).
     ``submitted_by`` is the subject of the principal that submitted it, if one did;
-    ``message_hops`` the hop count of the message it is admitted from (0: none). With
+    ``message_hops`` the hop count of the message it is admitted from (0: none) and
+    ``message_from`` where that message was sent from (``<space>/<thread>``). With
     ``returning`` the submission comes back as written (one row read more), else None.
     """
     storage.exec(_CREATE_THREAD, thread_id, now, now)
@@ -400,6 +402,7 @@ def enqueue(
         _INSERT_RETURNING if returning else _INSERT, submission_id, thread_id, seq, agent,
         idempotency_key, input_json, input_digest, not_before,
         now if created_at is None else created_at, now, submitted_by, message_hops,
+        message_from,
     )
     return Submission.from_row(written.one()) if returning else None
 

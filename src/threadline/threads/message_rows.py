@@ -332,6 +332,9 @@ def admit_inbound(
     agent: str | None,
     input_json: str,
     hops: int = 1,
+    from_space: str | None = None,
+    from_thread: str | None = None,
+    local: bool = False,
     also: Callable[[str], None] | None = None,
 ) -> Verdict:
     """Admit a message as a submission of ``to_thread``, once whatever the deliveries.
@@ -343,7 +346,10 @@ def admit_inbound(
     in one transaction; a refusal writes nothing.
 
     ``hops`` is the message's hop count (see :class:`Message`); its submission keeps it, so
-    what its agent sends goes one hop further.
+    what its agent sends goes one hop further. ``from_space`` and ``from_thread`` are where
+    the sending object says it was sent; the submission keeps them (``message_from``), and a
+    message from a space outside ``config.message_senders`` is refused (``local``: sent in
+    this very space, always admitted).
 
     Refused for good (:class:`~threadline.threads.routing.Refused`): a message past the
     deployment's ``max_message_hops`` (``MessageLoop``), a Thread id or input this deployment
@@ -360,8 +366,16 @@ def admit_inbound(
         return Refused("ValidationFailed: a message's hop count is an integer of at least 1")
     if hops > config.max_message_hops:
         return Refused(loop_reason(hops, config.max_message_hops))
+    senders = config.message_senders
+    if not local and senders is not None and from_space not in senders:
+        return Refused(f"Forbidden: this space admits messages only from {', '.join(senders)}"
+                       if senders else "Forbidden: this space admits no messages from others")
     key = inbound_key(message_id)
     try:
+        sender = None  # a sender that does not know its own space's name says nothing
+        if from_space is not None and from_thread is not None:
+            sender = (f"{check_id(from_space, field='from_space')}/"
+                      f"{check_id(from_thread, field='from_thread')}")
         check_id(to_thread, field="thread")
         if agent is not None:
             check_id(agent, field="agent")
@@ -396,7 +410,8 @@ def admit_inbound(
             at = now()
             ledger.enqueue(storage, submission_id=made, thread_id=to_thread, agent=chosen,
                            idempotency_key=key, input_json=canonical,
-                           input_digest=input_digest, now=at, message_hops=hops)
+                           input_digest=input_digest, now=at, message_hops=hops,
+                           message_from=sender)
             gate.record_admission([to_thread])
             admitted = made
         if also is not None:

@@ -190,6 +190,9 @@ class Submission:
     #: The hop count of the message it was admitted from (0: it came from no message); a
     #: message its agent sends goes one hop further.
     message_hops: int = 0
+    #: Where the message it was admitted from was sent: ``<space>/<thread>``, as the sending
+    #: object named them (None: it came from no message).
+    message_from: str | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Submission:
@@ -219,6 +222,7 @@ class Submission:
             joined_to=row["joined_to"],
             submitted_by=row["submitted_by"],
             message_hops=int(row["message_hops"]),
+            message_from=row["message_from"],
         )
 
 

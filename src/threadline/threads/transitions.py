@@ -60,7 +60,7 @@ _SETTLE = (
     " dormant = 0, revision = revision + 1, lease_owner = NULL, lease_expires_at = NULL,"
     " not_before = NULL, loss_streak = COALESCE(?, loss_streak), settled_at = ?,"
     " updated_at = ? WHERE id = ? AND state = ? AND revision = ?"
-    " RETURNING submitted_by"
+    " RETURNING submitted_by, message_from"
 )
 # A lost claim is readied in one UPDATE that also counts the loss: no row more than the move
 # it replaces, and running -> ready stays out of the open-work index as every move does.
@@ -270,9 +270,11 @@ def settle(
         body["error"] = error
     if joined_to is not None:
         body["joined_to"] = joined_to
-    submitted_by = settled.one()["submitted_by"]
-    if submitted_by is not None:
-        body["submitted_by"] = submitted_by
+    written = settled.one()
+    if written["submitted_by"] is not None:
+        body["submitted_by"] = written["submitted_by"]
+    if written["message_from"] is not None:
+        body["message_from"] = written["message_from"]
     if outcome is Outcome.ABORTED and intent is not None and intent["requested_by"] is not None:
         body["aborted_by"] = intent["requested_by"]
     if resolved_by is not None:
