@@ -27,6 +27,11 @@ The route opens on a Thread with no submission yet (a Thread exists for reading 
 named; opening writes nothing): the stream waits, and the first submission admitted to it is
 announced and its records follow like any other.
 
+A backlog is caught up a page at a time (:func:`threadline.threads.history.read_history_page`:
+at most ``PAGE_RECORDS`` records and ``PAGE_BYTES`` of bodies): each page is sent before the
+next is read, so the first record leaves after one page however long the log, and the stream
+holds one page in memory. The state snapshot follows the backlog.
+
 An idle stream sends the comment ``: keep-alive`` every ``sse_heartbeat_ms``. The stream waits
 on the gate's in-process change notifications; each wake reads only the records after the last
 one it sent and the Thread's open submissions (one indexed read each).
@@ -59,8 +64,9 @@ STREAM_DESCRIPTION = (
     "`approval.decided`: `{submission_id, key, approved, decided_by?}`; `message.failed`; the "
     "`*_by` members name the subjects of the principals that caused the fact, when known). "
     "The stream first "
-    "sends every record after the resume point, then each new one as it is appended. Resume "
-    "with `Last-Event-ID: <seq>` (or `?after=<seq>`; the header wins): exactly the records "
+    "sends every record after the resume point, a page at a time (100 records or about 1 MiB "
+    "of bodies, each page sent before the next is read), then each new one as it is appended. "
+    "Resume with `Last-Event-ID: <seq>` (or `?after=<seq>`; the header wins): exactly the records "
     "after that seq follow, no gap and no duplicate, so every settlement missed while "
     "disconnected arrives as its `submission.settled` record. "
     "`event: submission` carries a submission's state (`id`, `seq`, `state`, `outcome`, "
@@ -76,8 +82,6 @@ STREAM_DESCRIPTION = (
 RECORD_EVENT = "record"
 SUBMISSION_EVENT = "submission"
 HEARTBEAT = b": keep-alive\n\n"
-#: Records read per storage query while catching up on a backlog.
-PAGE = 100
 #: The state snapshot follows at most this many open submissions (the head first).
 OPEN_FOLLOWED = 100
 
@@ -131,18 +135,15 @@ class _Follower:
         self.last_seq = after
         self.seen: dict[str, int] = {}
 
-    def records(self) -> list[bytes]:
-        """The records appended after the last one sent, in seq order (all pages)."""
+    def records(self) -> tuple[list[bytes], bool]:
+        """The next page of records after the last one sent, in seq order, and whether more
+        follow it (the stream sends this page before it reads the next)."""
+        page = history.read_history_page(self.ctx.storage, self.thread_id, after=self.last_seq)
         out: list[bytes] = []
-        while True:
-            rows = history.read_history(
-                self.ctx.storage, self.thread_id, after=self.last_seq, limit=PAGE
-            )
-            for row in rows:
-                out.append(_record(row))
-                self.last_seq = int(str(row["seq"]))
-            if len(rows) < PAGE:
-                return out
+        for row in page.rows:
+            out.append(_record(row))
+            self.last_seq = int(str(row["seq"]))
+        return out, page.more
 
     def states(self) -> list[bytes]:
         """A ``submission`` event for each submission whose revision moved since last sent."""
@@ -175,11 +176,16 @@ async def stream(ctx: ApiContext, thread_id: str, after: int) -> AsyncIterator[b
         while True:
             # Taken before reading: a commit after the read moves it, so the wait returns.
             revision = subscription.revision
-            chunks = follower.records() + follower.states()
+            chunks, more = follower.records()
+            if not more:
+                chunks += follower.states()
             for chunk in chunks:
                 yield chunk
             if chunks:
                 heartbeat_at = ctx.clock.now_ms() + interval
+            if more:
+                # Catching up: the next page is read once this one has been taken.
+                continue
             if not await subscription.wait(revision, heartbeat_at):
                 yield HEARTBEAT
                 heartbeat_at = ctx.clock.now_ms() + interval

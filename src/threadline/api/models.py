@@ -444,7 +444,10 @@ class HistoryRecord(_Response):
 
 
 class HistoryPage(_Response):
-    """A page of history; ``next`` is the ``after`` of the next page, null on the last."""
+    """A page of history; ``next`` is the ``after`` of the next page, null on the last.
+
+    A page holds at most ``limit`` records and about 1 MiB of record bodies (a record larger
+    than that comes alone): a page of large records ends early, with ``next`` set."""
 
     thread_id: str
     records: list[HistoryRecord]
