@@ -31,6 +31,7 @@ from threadline.maintenance.host_lanes import epoch_ms, handler_for
 from threadline.maintenance.message_lane import MESSAGES_DISPATCH_TIMEOUT_MS, MessageDelivery
 from threadline.maintenance.publication_lane import Publication
 from threadline.maintenance.readout import MaintenanceReadout
+from threadline.maintenance.retention_lane import RETENTION_DISPATCH_TIMEOUT_MS, Retention
 from threadline.maintenance.schedule_lanes import ScheduleRunner, lanes_key
 from threadline.maintenance.subscriber_cursors import subscribers_key
 from threadline.pause import Pause, no_pause
@@ -38,6 +39,7 @@ from threadline.scheduling import (
     DELAYED,
     MESSAGES,
     RECOVERY_EVENTS,
+    RETENTION,
     Failpoints,
     Scheduler,
     build_scheduler,
@@ -126,6 +128,10 @@ class Space:
         )
         self.lanes.register(MESSAGES, self.messages.run_lane,
                             dispatch_timeout_ms=MESSAGES_DISPATCH_TIMEOUT_MS)
+        self.retention = Retention(storage, gate, self.scheduler.due_queue, self.clock, config,
+                                   self.scheduler.failpoints)
+        self.lanes.register(RETENTION, self.retention.run_lane,
+                            dispatch_timeout_ms=RETENTION_DISPATCH_TIMEOUT_MS)
         for lane in app.lanes:
             self.lanes.register(lane.id, handler_for(lane, storage),
                                 dispatch_timeout_ms=lane.dispatch_timeout_ms, phase=lane.phase)
@@ -196,6 +202,8 @@ class Space:
             self.publication.reconcile()
             # Recorded last: a start lost before it does both again (each is idempotent).
             self.storage.transaction(lambda: generation.set_lanes_key(self.storage, key))
+        # With retention on, its lane is always enrolled (a row read; written once).
+        self.retention.start()
         self.maintenance.start(stored)
 
     def _settle_name(self, stored: str | None) -> None:

@@ -11,6 +11,9 @@ Two kinds of events, chosen so that resuming is exact:
   sent, as a reconnecting browser keeps the URL) gets exactly the records after ``N``: no gap,
   no duplicate. So it learns every settlement it missed while disconnected, even of a
   submission admitted and settled in between, from the ``submission.settled`` records.
+- ``event: horizon`` — the records after the resume point up to ``first_kept - 1`` were
+  deleted by retention (``RuntimeConfig.retention_ms``): ``{"after", "first_kept"}``, sent
+  right before the record ``first_kept``. It carries no ``id:``; the records that follow do.
 - ``event: submission`` — a submission's state changed (admitted, started, suspended, settled,
   ...). It carries NO ``id:`` field, so it never moves the client's Last-Event-ID (the SSE
   rule: an event without an id keeps the last one). These are live notifications, sampled:
@@ -50,7 +53,7 @@ from threadline.api.http import Request, Response
 from threadline.api.models import MAX_SAFE_INTEGER, EventsQuery
 from threadline.api.problems import InvalidHeader, typed_problem
 from threadline.api.stream_slots import Refusal, SlotStream, retry_after_s
-from threadline.errors import ValidationFailed
+from threadline.errors import NotFound, ValidationFailed
 from threadline.threads import history, views
 from threadline.threads.model import decode_json
 
@@ -69,6 +72,9 @@ STREAM_DESCRIPTION = (
     "Resume with `Last-Event-ID: <seq>` (or `?after=<seq>`; the header wins): exactly the records "
     "after that seq follow, no gap and no duplicate, so every settlement missed while "
     "disconnected arrives as its `submission.settled` record. "
+    "`event: horizon` (no `id:`), `{after, first_kept}`: the records after the resume point "
+    "up to `first_kept - 1` were deleted by retention (`retention_ms`); it comes right before "
+    "the record `first_kept`, so a resume from before the kept records is never a silent gap. "
     "`event: submission` carries a submission's state (`id`, `seq`, `state`, `outcome`, "
     "`attempts`, `revision`) WITHOUT an `id:` field, so it never moves Last-Event-ID: each "
     "connection opens with the current state of the open submissions, then sends each change "
@@ -81,6 +87,7 @@ STREAM_DESCRIPTION = (
 )
 RECORD_EVENT = "record"
 SUBMISSION_EVENT = "submission"
+HORIZON_EVENT = "horizon"
 HEARTBEAT = b": keep-alive\n\n"
 #: The state snapshot follows at most this many open submissions (the head first).
 OPEN_FOLLOWED = 100
@@ -140,6 +147,11 @@ class _Follower:
         follow it (the stream sends this page before it reads the next)."""
         page = history.read_history_page(self.ctx.storage, self.thread_id, after=self.last_seq)
         out: list[bytes] = []
+        if page.rows and int(str(page.rows[0]["seq"])) > self.last_seq + 1:
+            # Seqs have no hole but the prefix retention deleted: say where the kept ones
+            # start rather than skip the deleted ones in silence.
+            out.append(frame(HORIZON_EVENT, {
+                "after": self.last_seq, "first_kept": int(str(page.rows[0]["seq"]))}))
         for row in page.rows:
             out.append(_record(row))
             self.last_seq = int(str(row["seq"]))
@@ -159,7 +171,10 @@ class _Follower:
         # A followed submission that left the open set has settled: say how, once.
         for submission_id in sorted(set(self.seen) - still_open):
             del self.seen[submission_id]
-            gone = self.ctx.ledger.get(submission_id)
+            try:
+                gone = self.ctx.ledger.get(submission_id)
+            except NotFound:
+                continue  # settled long ago and deleted by retention since: nothing to say
             outcome = gone.outcome.value if gone.outcome is not None else None
             out.append(_state(gone.id, gone.seq, gone.state.value, gone.revision,
                               gone.attempts, outcome))
@@ -229,6 +244,7 @@ async def events(ctx: ApiContext, request: Request, params: dict[str, str]) -> R
 __all__ = [
     "EVENT_STREAM",
     "HEARTBEAT",
+    "HORIZON_EVENT",
     "RECORD_EVENT",
     "STREAM_DESCRIPTION",
     "SUBMISSION_EVENT",

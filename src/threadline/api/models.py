@@ -452,6 +452,14 @@ class HistoryPage(_Response):
     thread_id: str
     records: list[HistoryRecord]
     next: int | None
+    first_kept: int | None = Field(
+        None,
+        description=(
+            "Set when the records after `after` up to `first_kept - 1` were deleted by"
+            " retention (`retention_ms`): the seq of the first record still kept, where this"
+            " page starts. Null when nothing between `after` and the page was deleted."
+        ),
+    )
 
 
 class ApprovalView(_Response):

@@ -49,7 +49,8 @@ async def get_thread(ctx: ApiContext, request: Request, params: dict[str, str]) 
 async def history(ctx: ApiContext, request: Request, params: dict[str, str]) -> Response:
     """``GET .../threads/{thread}/history?after=N&limit=M``: the Thread's log in seq order:
     emitted records and the runtime's own (``submission.settled``, ``approval.requested``,
-    ``approval.decided``, ``message.failed``)."""
+    ``approval.decided``, ``message.failed``). A page whose first records retention deleted
+    names the first one kept (``first_kept``)."""
     query = read_query(request, HistoryQuery)
     thread_id = params["thread"]
     # No lookup of the Thread first: one never written has no records, an empty page.
@@ -68,8 +69,11 @@ async def history(ctx: ApiContext, request: Request, params: dict[str, str]) -> 
         for row in page
     ]
     more = found.more
+    # Seqs have no hole but the prefix retention deleted: a page that starts past one says so.
+    first_kept = records[0].seq if records and records[0].seq > query.after + 1 else None
     return model_response(200, HistoryPage(
         thread_id=thread_id, records=records, next=records[-1].seq if more else None,
+        first_kept=first_kept,
     ))
 
 
