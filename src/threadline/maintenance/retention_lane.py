@@ -11,10 +11,11 @@ page), never handed a silent gap.
 A record is deleted only when all of these hold, and with it every record before it in its
 Thread:
 
-* it is older than the retention (``created_at < now - retention_ms``);
+* it is at least the retention old (``created_at <= now - retention_ms``);
 * every subscriber has consumed it (its position is at or below every cursor of
   ``tl_subscribers``; a parked or backfilling subscriber holds retention back);
-* it is not its Thread's newest record (the next seq is read from the end of the log), and it
+* it is not its Thread's newest record (the next seq is read from the end of the log, and so
+  the space's highest ``pos`` is never deleted: a rowid is never handed out twice), and it
   does not belong to an open submission (its records follow its first claim,
   ``history_from``; an Attempt replayed finds its records there);
 * if it is a ``submission.settled`` record, its submission can go too: it is not its Thread's
@@ -55,8 +56,9 @@ from threadline.threads.records import SUBMISSION_SETTLED
 PRUNE_BATCH = 500
 #: Records one wave deletes at most before it lets the lane be due again at once.
 WAVE_RECORDS = 5_000
-#: Oldest records read per page of the scan.
-SCAN_PAGE = 200
+#: Oldest records read by the first page of a wave's scan, and by its largest pages.
+FIRST_SCAN_PAGE = 8
+SCAN_PAGE = 256
 #: The shortest time between two waves, and the retry of one a subscriber held back.
 WAVE_INTERVAL_MS = 3_600_000
 #: The bound of one wave.
@@ -77,7 +79,7 @@ _OPEN_FLOOR = (
 )
 _PREFIX = (
     "SELECT seq, pos, kind, submission_id, created_at FROM tl_history"
-    " WHERE thread_id = ? AND seq <= ? ORDER BY seq LIMIT ?"
+    " WHERE thread_id = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?"
 )
 # A submission's messages are a range of the primary key: their ids start with its own.
 _PENDING_SENT = (
@@ -126,7 +128,7 @@ def subscriber_horizon(storage: Storage) -> int | None:
 def prune_thread(storage: Storage, thread_id: str, cutoff: int, *, limit: int = PRUNE_BATCH,
                  failpoints: Failpoints | None = None) -> Pruned:
     """Delete the prefix of ``thread_id`` that retention may delete at ``cutoff`` (records
-    created before it), at most ``limit`` records, in the caller's transaction."""
+    created at or before it), at most ``limit`` records, in the caller's transaction."""
     newest = storage.exec(_NEWEST_RECORD, thread_id).first()
     if newest is None:
         return Pruned(0, 0, False)
@@ -139,29 +141,38 @@ def prune_thread(storage: Storage, thread_id: str, cutoff: int, *, limit: int = 
     horizon = subscriber_horizon(storage)
     last_submission = storage.exec(_NEWEST_SUBMISSION, thread_id).first()
     keep = None if last_submission is None else str(last_submission["id"])
-    rows = storage.exec(_PREFIX, thread_id, bound, limit).rows
     through = 0
+    deleted = 0
     settled: list[str] = []
-    for row in rows:
-        if int(row["created_at"]) >= cutoff:
+    page = FIRST_SCAN_PAGE
+    stopped = False
+    # Pages growing from a few rows: in the steady state only the first few have expired.
+    while not stopped and deleted < limit and through < bound:
+        rows = storage.exec(_PREFIX, thread_id, through, bound, min(page, limit - deleted)).rows
+        page *= 4
+        if not rows:
             break
-        if horizon is not None and int(row["pos"]) > horizon:
-            break
-        submission_id = row["submission_id"]
-        if str(row["kind"]) == SUBMISSION_SETTLED and submission_id is not None:
-            sid = str(submission_id)
-            if sid == keep or storage.exec(_PENDING_SENT, *_sent_range(sid)).first():
+        for row in rows:
+            if int(row["created_at"]) > cutoff or (
+                    horizon is not None and int(row["pos"]) > horizon):
+                stopped = True
                 break
-            settled.append(sid)
-        through = int(row["seq"])
-    if through == 0:
+            submission_id = row["submission_id"]
+            if str(row["kind"]) == SUBMISSION_SETTLED and submission_id is not None:
+                sid = str(submission_id)
+                if sid == keep or storage.exec(_PENDING_SENT, *_sent_range(sid)).first():
+                    stopped = True
+                    break
+                settled.append(sid)
+            through = int(row["seq"])
+            deleted += 1
+    if not deleted:
         return Pruned(0, 0, False)
     storage.exec(_DELETE_RECORDS, thread_id, through)
     if failpoints is not None:
         failpoints.hit("retention:prune:deleting")
     _delete_submissions(storage, settled)
-    full = len(rows) == limit and through == int(rows[-1]["seq"])
-    return Pruned(sum(1 for row in rows if int(row["seq"]) <= through), len(settled), full)
+    return Pruned(deleted, len(settled), not stopped and deleted == limit)
 
 
 def _delete_submissions(storage: Storage, ids: Sequence[str]) -> None:
@@ -223,11 +234,14 @@ class Retention:
         self.last_wave = tally
         seen: set[str] = set()
         scan = 0
+        page = FIRST_SCAN_PAGE
         while True:
             at = self._clock.now_ms()
             if at >= deadline or tally.records >= WAVE_RECORDS:
                 return at
-            rows = self._storage.exec(_OLDEST, scan, SCAN_PAGE).rows
+            rows = self._storage.exec(_OLDEST, scan, page).rows
+            # The first page is small: in the steady state its first record is young already.
+            page = min(page * 4, SCAN_PAGE)
             if not rows:
                 # Whatever is appended from now on expires no earlier than a retention away.
                 return self._done(at + retention)
@@ -235,7 +249,7 @@ class Retention:
             horizon = subscriber_horizon(self._storage)
             for row in rows:
                 created = int(row["created_at"])
-                if created >= cutoff:
+                if created > cutoff:
                     return self._done(max(created + retention, at + WAVE_INTERVAL_MS))
                 if horizon is not None and int(row["pos"]) > horizon:
                     return self._done(at + WAVE_INTERVAL_MS)
@@ -286,6 +300,7 @@ class Retention:
 __all__ = [
     "PRUNE_BATCH",
     "RETENTION_DISPATCH_TIMEOUT_MS",
+    "FIRST_SCAN_PAGE",
     "SCAN_PAGE",
     "WAVE_INTERVAL_MS",
     "WAVE_RECORDS",

@@ -218,6 +218,12 @@ def test_a_retention_wave_is_bounded_and_leaves_its_lane_due_for_the_rest(
     _run(go())
 
 
+@pytest.mark.parametrize("days", [1, 30, 3_650])
+def test_retention_config_takes_one_day_to_ten_years(days: int) -> None:
+    assert RuntimeConfig(retention_ms=days * DAY_MS).retention_ms == days * DAY_MS
+    assert RuntimeConfig().retention_ms is None
+
+
 @pytest.mark.parametrize("value", [0, 1, 3_600_000, 86_399_999, 10**13])
 def test_retention_config_is_validated(value: int) -> None:
     with pytest.raises(ValidationError, match="retention_ms"):
