@@ -29,8 +29,17 @@ from threadline.testing import SimulatedObject
 
 START = 1_700_000_000_000
 DAY_MS = 86_400_000
-TABLES = ("tl_history", "tl_submissions", "tl_journal", "tl_waits", "tl_messages",
-          "tl_abort_intents", "tl_threads")
+#: The tables retention covers, each with its row count.
+COUNTS = {
+    "tl_history": "SELECT COUNT(*) AS n FROM tl_history",
+    "tl_submissions": "SELECT COUNT(*) AS n FROM tl_submissions",
+    "tl_journal": "SELECT COUNT(*) AS n FROM tl_journal",
+    "tl_waits": "SELECT COUNT(*) AS n FROM tl_waits",
+    "tl_messages": "SELECT COUNT(*) AS n FROM tl_messages",
+    "tl_abort_intents": "SELECT COUNT(*) AS n FROM tl_abort_intents",
+    "tl_threads": "SELECT COUNT(*) AS n FROM tl_threads",
+}
+TABLES = tuple(COUNTS)
 
 
 def chat_app(retention_days: int | None) -> Application:
@@ -48,8 +57,7 @@ def chat_app(retention_days: int | None) -> Application:
 
 
 def footprint(obj: SimulatedObject) -> dict[str, int]:
-    rows = {table: int(obj.storage.exec(f"SELECT COUNT(*) AS n FROM {table}").one()["n"])
-            for table in TABLES}
+    rows = {table: int(obj.storage.exec(sql).one()["n"]) for table, sql in COUNTS.items()}
     pages = int(obj.storage.exec("PRAGMA page_count").rows[0]["page_count"])
     free = int(obj.storage.exec("PRAGMA freelist_count").rows[0]["freelist_count"])
     size = int(obj.storage.exec("PRAGMA page_size").rows[0]["page_size"])

@@ -298,9 +298,9 @@ class Retention:
 
 
 __all__ = [
+    "FIRST_SCAN_PAGE",
     "PRUNE_BATCH",
     "RETENTION_DISPATCH_TIMEOUT_MS",
-    "FIRST_SCAN_PAGE",
     "SCAN_PAGE",
     "WAVE_INTERVAL_MS",
     "WAVE_RECORDS",

@@ -14,6 +14,7 @@ from threadline import Application, DeliveryRefused, ManualClock, Record, Runtim
 from threadline.maintenance import retention_lane
 from threadline.scheduling import RETENTION
 from threadline.testing import SimulatedObject
+from threadline.testing.alarm_invariants import alarm_invariant_problem
 from threadline.threads import SubmissionState
 
 
@@ -241,5 +242,20 @@ def test_turning_retention_on_enrolls_its_lane_at_the_next_start() -> None:
             assert obj.alarm_at is not None
             await settle(obj)
             assert min(seqs(obj, "t")) > 1
+
+    _run(go())
+
+
+def test_the_alarm_invariant_refuses_an_idle_retention_lane_while_retention_is_on() -> None:
+    async def go() -> None:
+        app = chat_app(config(retention_days=30))
+        async with SimulatedObject(app, clock=ManualClock(START),
+                                   check_alarm_invariant=True) as obj:
+            await chat_days(obj, "t", days=2, per_day=2)
+            assert alarm_invariant_problem(obj.storage, app, obj.clock.now_ms()) is None
+            obj.storage.exec(
+                "UPDATE tl_lanes SET due_at = NULL, state = 'idle' WHERE id = ?", RETENTION)
+            problem = alarm_invariant_problem(obj.storage, app, obj.clock.now_ms())
+            assert problem is not None and RETENTION in problem
 
     _run(go())
