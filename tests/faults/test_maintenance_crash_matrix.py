@@ -1200,7 +1200,7 @@ def dry_hits(name: str, seed: int) -> dict[str, int]:
         try:
             problems = check(run, scenario)
             assert not problems, "\n".join(problems)
-            hits = {loc: run.obj.hits(loc) for loc in sorted(FAILPOINT_LOCATIONS)}
+            hits = {loc: run.obj.hits(loc) for loc in LOCATIONS if loc != INSIDE_UNCERTAIN}
             _dry[(name, seed)] = {**hits, INSIDE_UNCERTAIN: run.world.uncertain_runs}
         finally:
             run.close()
