@@ -5,7 +5,10 @@ runtime's own facts: a settlement (``submission.settled``), an approval request
 (``approval.requested``) and its decision (``approval.decided``), a message refused for good
 (``message.failed``). Each record is appended in the transaction of the fact it reports, so a
 consumer that has read a Thread up to some seq has missed nothing before it: the SSE stream
-resumes from a seq, subscribers keep one cursor per Thread.
+resumes from a seq, subscribers keep one cursor per Thread. With ``retention_ms`` set, the
+retention lane (:mod:`threadline.maintenance.retention_lane`) deletes a Thread's oldest records,
+always a prefix and never its newest: the kept seqs run without a hole from the first kept one,
+and a reader from before it is told so (``first_kept``, ``event: horizon``).
 
 Record ids are derived from the submission and the record's place in it (``<submission>:settled``,
 ``<submission>:approval:<key>``, ``<submission>:approval:<key>:decided``,
