@@ -14,6 +14,11 @@ _SPACE_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 PLATFORM_ALARM_WALL_LIMIT_MS = 900_000
 #: Cloudflare's SQLite-backed objects refuse a string, blob or row over 2 MB (``SQLITE_TOOBIG``).
 PLATFORM_ROW_LIMIT_BYTES = 2_000_000
+#: The shortest retention (one day): a message's sender retries well within it, so the key
+#: that makes its delivery idempotent outlives every retry.
+MIN_RETENTION_MS = 86_400_000
+#: The longest retention (ten years of 365 days).
+MAX_RETENTION_MS = 315_360_000_000
 #: The Attempt wall bound used unless the event deadline is shorter (then half of it).
 DEFAULT_ATTEMPT_TIMEOUT_MS = 300_000
 
@@ -168,6 +173,20 @@ class RuntimeConfig(BaseModel):
         ),
     )
 
+    retention_ms: int | None = Field(
+        None,
+        ge=MIN_RETENTION_MS,
+        le=MAX_RETENTION_MS,
+        description=(
+            "How long settled work is kept: a Thread's log records, and its settled"
+            " submissions with their journal, waits and sent messages, older than this are"
+            " deleted by the threadline:retention lane once every subscriber has consumed"
+            " them and nothing open refers to them. None (the default) keeps everything."
+            " An idempotency key is remembered as long as its submission is kept. At least"
+            " one day, at most ten years."
+        ),
+    )
+
     @field_validator("message_senders")
     @classmethod
     def _space_ids(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
@@ -206,6 +225,8 @@ class RuntimeConfig(BaseModel):
 
 __all__ = [
     "DEFAULT_ATTEMPT_TIMEOUT_MS",
+    "MAX_RETENTION_MS",
+    "MIN_RETENTION_MS",
     "PLATFORM_ALARM_WALL_LIMIT_MS",
     "PLATFORM_ROW_LIMIT_BYTES",
     "RuntimeConfig",

@@ -31,6 +31,7 @@ from threadline.maintenance.host_lanes import epoch_ms, handler_for
 from threadline.maintenance.message_lane import MESSAGES_DISPATCH_TIMEOUT_MS, MessageDelivery
 from threadline.maintenance.publication_lane import Publication
 from threadline.maintenance.readout import MaintenanceReadout
+from threadline.maintenance.retention_lane import RETENTION_DISPATCH_TIMEOUT_MS, Retention
 from threadline.maintenance.schedule_lanes import ScheduleRunner, lanes_key
 from threadline.maintenance.subscriber_cursors import subscribers_key
 from threadline.maintenance.subscriber_operations import SubscriberOperations
@@ -39,6 +40,7 @@ from threadline.scheduling import (
     DELAYED,
     MESSAGES,
     RECOVERY_EVENTS,
+    RETENTION,
     Failpoints,
     Scheduler,
     build_scheduler,
@@ -127,6 +129,10 @@ class Space:
         )
         self.lanes.register(MESSAGES, self.messages.run_lane,
                             dispatch_timeout_ms=MESSAGES_DISPATCH_TIMEOUT_MS)
+        self.retention = Retention(storage, gate, self.scheduler.due_queue, self.clock, config,
+                                   self.scheduler.failpoints)
+        self.lanes.register(RETENTION, self.retention.run_lane,
+                            dispatch_timeout_ms=RETENTION_DISPATCH_TIMEOUT_MS)
         for lane in app.lanes:
             self.lanes.register(lane.id, handler_for(lane, storage),
                                 dispatch_timeout_ms=lane.dispatch_timeout_ms, phase=lane.phase)
@@ -203,6 +209,8 @@ class Space:
             # Every start: the environment (a secret, a binding) may have changed with no
             # declaration changing. Only parked rows are read (none, usually).
             self.publication.resume()
+        # With retention on, its lane is always enrolled (a row read; written once).
+        self.retention.start()
         self.maintenance.start(stored)
 
     def _settle_name(self, stored: str | None) -> None:

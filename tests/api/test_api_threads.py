@@ -69,7 +69,8 @@ def test_a_named_thread_without_a_submission_reads_as_empty_and_writes_nothing(
     }
     history = api.call("GET", api.thread_path("fresh") + "/history?after=3")
     assert history.status == 200, history.body
-    assert history.json() == {"thread_id": "fresh", "records": [], "next": None}
+    assert history.json() == {"thread_id": "fresh", "records": [], "next": None,
+                              "first_kept": None}
     assert (api.storage.meter.reading() - written).rows_written == 0
     assert api.dump() == before
     # Only a Thread something was admitted to is listed.
@@ -98,7 +99,7 @@ def test_history_pages_by_seq_with_a_next_cursor(api: Api) -> None:
     assert settled["body"] == {"submission_id": record["submission_id"],
                                "outcome": "completed", "result": settled["body"]["result"]}
     assert api.call("GET", path + "?after=6").json() == {"thread_id": "t1", "records": [],
-                                                         "next": None}
+                                                         "next": None, "first_kept": None}
 
 
 def test_a_thread_without_records_has_an_empty_history(api: Api) -> None:

@@ -97,7 +97,7 @@ from threadline.delivery.outbound import OutboundResponse
 from threadline.errors import Evicted
 from threadline.maintenance.subscriber_cursors import read_rows
 from threadline.schedules import fire_key
-from threadline.scheduling import FAILPOINT_LOCATIONS, read_state
+from threadline.scheduling import FAILPOINT_LOCATIONS, RETENTION_LOCATIONS, read_state
 from threadline.scheduling.due_queue import DueQueue
 from threadline.testing import (
     Effects,
@@ -122,7 +122,9 @@ SEEDS = (0, 1)
 #: Not a failpoint of the library: the object is lost inside an uncertain step, after its
 #: external effect happened and before the step returned, the case Unknown Outcomes exist for.
 INSIDE_UNCERTAIN = "agent:inside-uncertain-step"
-LOCATIONS = [*sorted(FAILPOINT_LOCATIONS), INSIDE_UNCERTAIN]
+# Retention's failpoints have their own matrix (test_retention_crash_matrix.py): these
+# scenarios run without retention.
+LOCATIONS = [*sorted(FAILPOINT_LOCATIONS - set(RETENTION_LOCATIONS)), INSIDE_UNCERTAIN]
 # Short backoffs keep the simulated time small; the rules are the same.
 CONFIG = RuntimeConfig(alarm_backoff_base_ms=100, alarm_backoff_cap_ms=2_000)
 
@@ -1198,7 +1200,7 @@ def dry_hits(name: str, seed: int) -> dict[str, int]:
         try:
             problems = check(run, scenario)
             assert not problems, "\n".join(problems)
-            hits = {loc: run.obj.hits(loc) for loc in sorted(FAILPOINT_LOCATIONS)}
+            hits = {loc: run.obj.hits(loc) for loc in LOCATIONS if loc != INSIDE_UNCERTAIN}
             _dry[(name, seed)] = {**hits, INSIDE_UNCERTAIN: run.world.uncertain_runs}
         finally:
             run.close()

@@ -9,6 +9,7 @@ from threadline.scheduling import (
     FAILPOINT_LOCATIONS,
     MAINTENANCE_LOCATIONS,
     PUBLICATION_LOCATIONS,
+    RETENTION_LOCATIONS,
     RUNTIME_LOCATIONS,
     SCHEDULE_LOCATIONS,
     Failpoints,
@@ -21,8 +22,9 @@ def test_locations_cover_the_maintenance_runtime_and_schedule_boundaries() -> No
     assert {"attempt:claimed", "step:started", "settle:after"} <= set(RUNTIME_LOCATIONS)
     assert all(name.startswith("schedule:") for name in SCHEDULE_LOCATIONS)
     assert all(name.startswith("publication:") for name in PUBLICATION_LOCATIONS)
+    assert all(name.startswith("retention:") for name in RETENTION_LOCATIONS)
     assert frozenset(MAINTENANCE_LOCATIONS + RUNTIME_LOCATIONS + SCHEDULE_LOCATIONS
-                     + PUBLICATION_LOCATIONS) == FAILPOINT_LOCATIONS
+                     + PUBLICATION_LOCATIONS + RETENTION_LOCATIONS) == FAILPOINT_LOCATIONS
 
 
 def test_inert_by_default_and_counts() -> None:

@@ -153,7 +153,7 @@ def test_a_stream_opened_before_the_first_submission_writes_nothing_then_follows
             "created_at": None, "updated_at": None, "open": [], "scheduled": [],
         }
         assert client.get(thread + "/history").json() == {
-            "thread_id": "first", "records": [], "next": None}
+            "thread_id": "first", "records": [], "next": None, "first_kept": None}
         before = _drive_space(client, space, "first")
         headers = {"accept": "text/event-stream"}
         with connect_sse(client, "GET", thread + "/events", headers=headers) as source:

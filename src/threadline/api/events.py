@@ -11,6 +11,9 @@ Two kinds of events, chosen so that resuming is exact:
   sent, as a reconnecting browser keeps the URL) gets exactly the records after ``N``: no gap,
   no duplicate. So it learns every settlement it missed while disconnected, even of a
   submission admitted and settled in between, from the ``submission.settled`` records.
+- ``event: horizon`` — the records after the resume point up to ``first_kept - 1`` were
+  deleted by retention (``RuntimeConfig.retention_ms``): ``{"after", "first_kept"}``, sent
+  right before the record ``first_kept``. It carries no ``id:``; the records that follow do.
 - ``event: submission`` — a submission's state changed (admitted, started, suspended, settled,
   ...). It carries NO ``id:`` field, so it never moves the client's Last-Event-ID (the SSE
   rule: an event without an id keeps the last one). These are live notifications, sampled:
@@ -26,6 +29,11 @@ stream key, a new stream is refused (503 / 429, with ``Retry-After``) before any
 The route opens on a Thread with no submission yet (a Thread exists for reading once it is
 named; opening writes nothing): the stream waits, and the first submission admitted to it is
 announced and its records follow like any other.
+
+A backlog is caught up a page at a time (:func:`threadline.threads.history.read_history_page`:
+at most ``PAGE_RECORDS`` records and ``PAGE_BYTES`` of bodies): each page is sent before the
+next is read, so the first record leaves after one page however long the log, and the stream
+holds one page in memory. The state snapshot follows the backlog.
 
 An idle stream sends the comment ``: keep-alive`` every ``sse_heartbeat_ms``. The stream waits
 on the gate's in-process change notifications; each wake reads only the records after the last
@@ -45,7 +53,7 @@ from threadline.api.http import Request, Response
 from threadline.api.models import MAX_SAFE_INTEGER, EventsQuery
 from threadline.api.problems import InvalidHeader, typed_problem
 from threadline.api.stream_slots import Refusal, SlotStream, retry_after_s
-from threadline.errors import ValidationFailed
+from threadline.errors import NotFound, ValidationFailed
 from threadline.threads import history, views
 from threadline.threads.model import decode_json
 
@@ -60,10 +68,14 @@ STREAM_DESCRIPTION = (
     "`approval.decided`: `{submission_id, key, approved, decided_by?}`; `message.failed`; the "
     "`*_by` members name the subjects of the principals that caused the fact, when known). "
     "The stream first "
-    "sends every record after the resume point, then each new one as it is appended. Resume "
-    "with `Last-Event-ID: <seq>` (or `?after=<seq>`; the header wins): exactly the records "
+    "sends every record after the resume point, a page at a time (100 records or about 1 MiB "
+    "of bodies, each page sent before the next is read), then each new one as it is appended. "
+    "Resume with `Last-Event-ID: <seq>` (or `?after=<seq>`; the header wins): exactly the records "
     "after that seq follow, no gap and no duplicate, so every settlement missed while "
     "disconnected arrives as its `submission.settled` record. "
+    "`event: horizon` (no `id:`), `{after, first_kept}`: the records after the resume point "
+    "up to `first_kept - 1` were deleted by retention (`retention_ms`); it comes right before "
+    "the record `first_kept`, so a resume from before the kept records is never a silent gap. "
     "`event: submission` carries a submission's state (`id`, `seq`, `state`, `outcome`, "
     "`attempts`, `revision`) WITHOUT an `id:` field, so it never moves Last-Event-ID: each "
     "connection opens with the current state of the open submissions, then sends each change "
@@ -76,9 +88,8 @@ STREAM_DESCRIPTION = (
 )
 RECORD_EVENT = "record"
 SUBMISSION_EVENT = "submission"
+HORIZON_EVENT = "horizon"
 HEARTBEAT = b": keep-alive\n\n"
-#: Records read per storage query while catching up on a backlog.
-PAGE = 100
 #: The state snapshot follows at most this many open submissions (the head first).
 OPEN_FOLLOWED = 100
 
@@ -132,18 +143,20 @@ class _Follower:
         self.last_seq = after
         self.seen: dict[str, int] = {}
 
-    def records(self) -> list[bytes]:
-        """The records appended after the last one sent, in seq order (all pages)."""
+    def records(self) -> tuple[list[bytes], bool]:
+        """The next page of records after the last one sent, in seq order, and whether more
+        follow it (the stream sends this page before it reads the next)."""
+        page = history.read_history_page(self.ctx.storage, self.thread_id, after=self.last_seq)
         out: list[bytes] = []
-        while True:
-            rows = history.read_history(
-                self.ctx.storage, self.thread_id, after=self.last_seq, limit=PAGE
-            )
-            for row in rows:
-                out.append(_record(row))
-                self.last_seq = int(str(row["seq"]))
-            if len(rows) < PAGE:
-                return out
+        if page.rows and int(str(page.rows[0]["seq"])) > self.last_seq + 1:
+            # Seqs have no hole but the prefix retention deleted: say where the kept ones
+            # start rather than skip the deleted ones in silence.
+            out.append(frame(HORIZON_EVENT, {
+                "after": self.last_seq, "first_kept": int(str(page.rows[0]["seq"]))}))
+        for row in page.rows:
+            out.append(_record(row))
+            self.last_seq = int(str(row["seq"]))
+        return out, page.more
 
     def states(self) -> list[bytes]:
         """A ``submission`` event for each submission whose revision moved since last sent."""
@@ -159,7 +172,10 @@ class _Follower:
         # A followed submission that left the open set has settled: say how, once.
         for submission_id in sorted(set(self.seen) - still_open):
             del self.seen[submission_id]
-            gone = self.ctx.ledger.get(submission_id)
+            try:
+                gone = self.ctx.ledger.get(submission_id)
+            except NotFound:
+                continue  # settled long ago and deleted by retention since: nothing to say
             outcome = gone.outcome.value if gone.outcome is not None else None
             out.append(_state(gone.id, gone.seq, gone.state.value, gone.revision,
                               gone.attempts, outcome))
@@ -176,11 +192,16 @@ async def stream(ctx: ApiContext, thread_id: str, after: int) -> AsyncIterator[b
         while True:
             # Taken before reading: a commit after the read moves it, so the wait returns.
             revision = subscription.revision
-            chunks = follower.records() + follower.states()
+            chunks, more = follower.records()
+            if not more:
+                chunks += follower.states()
             for chunk in chunks:
                 yield chunk
             if chunks:
                 heartbeat_at = ctx.clock.now_ms() + interval
+            if more:
+                # Catching up: the next page is read once this one has been taken.
+                continue
             if not await subscription.wait(revision, heartbeat_at):
                 yield HEARTBEAT
                 heartbeat_at = ctx.clock.now_ms() + interval
@@ -225,6 +246,7 @@ async def events(ctx: ApiContext, request: Request, params: dict[str, str]) -> R
 __all__ = [
     "EVENT_STREAM",
     "HEARTBEAT",
+    "HORIZON_EVENT",
     "RECORD_EVENT",
     "STREAM_DESCRIPTION",
     "SUBMISSION_EVENT",

@@ -486,11 +486,22 @@ class HistoryRecord(_Response):
 
 
 class HistoryPage(_Response):
-    """A page of history; ``next`` is the ``after`` of the next page, null on the last."""
+    """A page of history; ``next`` is the ``after`` of the next page, null on the last.
+
+    A page holds at most ``limit`` records and about 1 MiB of record bodies (a record larger
+    than that comes alone): a page of large records ends early, with ``next`` set."""
 
     thread_id: str
     records: list[HistoryRecord]
     next: int | None
+    first_kept: int | None = Field(
+        None,
+        description=(
+            "Set when the records after `after` up to `first_kept - 1` were deleted by"
+            " retention (`retention_ms`): the seq of the first record still kept, where this"
+            " page starts. Null when nothing between `after` and the page was deleted."
+        ),
+    )
 
 
 class ApprovalView(_Response):

@@ -14,7 +14,7 @@ from threadline.api.http import Request, Response, model_response
 from threadline.api.models import HistoryPage, HistoryQuery, HistoryRecord, ThreadPage, ThreadsQuery
 from threadline.api.views import empty_thread, thread_item, thread_summary
 from threadline.threads import delayed, views
-from threadline.threads.history import read_history
+from threadline.threads.history import read_history_page
 from threadline.threads.model import decode_json
 
 #: A summary lists at most this many open submissions (the head first; the count is exact),
@@ -49,12 +49,15 @@ async def get_thread(ctx: ApiContext, request: Request, params: dict[str, str]) 
 async def history(ctx: ApiContext, request: Request, params: dict[str, str]) -> Response:
     """``GET .../threads/{thread}/history?after=N&limit=M``: the Thread's log in seq order:
     emitted records and the runtime's own (``submission.settled``, ``approval.requested``,
-    ``approval.decided``, ``message.failed``)."""
+    ``approval.decided``, ``message.failed``). A page whose first records retention deleted
+    names the first one kept (``first_kept``)."""
     query = read_query(request, HistoryQuery)
     thread_id = params["thread"]
     # No lookup of the Thread first: one never written has no records, an empty page.
-    rows = read_history(ctx.storage, thread_id, after=query.after, limit=query.limit + 1)
-    page = rows[: query.limit]
+    # At most ``limit`` records and one page of bytes (PAGE_BYTES): a long log of large
+    # records is read a page at a time, however high the client set ``limit``.
+    found = read_history_page(ctx.storage, thread_id, after=query.after, limit=query.limit)
+    page = found.rows
     records = [
         HistoryRecord.model_validate(
             {
@@ -65,9 +68,12 @@ async def history(ctx: ApiContext, request: Request, params: dict[str, str]) -> 
         )
         for row in page
     ]
-    more = len(rows) > query.limit
+    more = found.more
+    # Seqs have no hole but the prefix retention deleted: a page that starts past one says so.
+    first_kept = records[0].seq if records and records[0].seq > query.after + 1 else None
     return model_response(200, HistoryPage(
         thread_id=thread_id, records=records, next=records[-1].seq if more else None,
+        first_kept=first_kept,
     ))
 
 

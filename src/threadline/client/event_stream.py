@@ -26,8 +26,8 @@ from httpx_sse import ServerSentEvent, aconnect_sse, connect_sse
 
 from threadline.api.models import HistoryRecord
 
-EventKind = Literal["record", "submission"]
-_KINDS: frozenset[str] = frozenset({"record", "submission"})
+EventKind = Literal["record", "submission", "horizon"]
+_KINDS: frozenset[str] = frozenset({"record", "submission", "horizon"})
 #: The longest wait a ``Retry-After`` gets: a server asking for more is asked again sooner.
 MAX_RETRY_AFTER_S = 60.0
 #: Statuses whose ``Retry-After`` means "busy now, ask again then".
@@ -40,7 +40,9 @@ class ThreadEvent:
 
     ``kind`` is ``record`` (a record of the Thread's log; ``seq`` is its seq) or
     ``submission`` (a submission's state: ``id``, ``seq``, ``state``, ``outcome``,
-    ``attempts``, ``revision``; ``seq`` is None). ``data`` is the event's JSON.
+    ``attempts``, ``revision``; ``seq`` is None) or ``horizon`` (``{after, first_kept}``: the
+    records before ``first_kept`` were deleted by the space's retention; ``seq`` is None).
+    ``data`` is the event's JSON.
 
     A record's own ``kind`` (``record().kind``) is what an agent emitted (``record`` by
     default) or one of the runtime's facts (:mod:`threadline.threads.records`):
@@ -70,6 +72,8 @@ def _event(sse: ServerSentEvent) -> ThreadEvent | None:
     data = json.loads(sse.data)
     if sse.event == "record":
         return ThreadEvent("record", int(data["seq"]), data)
+    if sse.event == "horizon":
+        return ThreadEvent("horizon", None, data)
     return ThreadEvent("submission", None, data)
 
 

@@ -48,8 +48,10 @@ RECOVERY_EVENTS = "threadline:recovery-events"
 LIFECYCLE = "threadline:lifecycle"
 #: Admits delayed submissions into their Threads' FIFO as they fall due.
 DELAYED = "threadline:delayed"
+#: Deletes settled work older than ``RuntimeConfig.retention_ms``, in bounded waves.
+RETENTION = "threadline:retention"
 FRAMEWORK_LANES: frozenset[str] = frozenset(
-    {NATIVE, PUBLICATION, PROJECTION, MESSAGES, RECOVERY_EVENTS, LIFECYCLE, DELAYED}
+    {NATIVE, PUBLICATION, PROJECTION, MESSAGES, RECOVERY_EVENTS, LIFECYCLE, DELAYED, RETENTION}
 )
 #: A parked lane is retried at this ceiling (one hour) until it makes progress.
 PARKED_RETRY_MS = 3_600_000
@@ -497,6 +499,7 @@ __all__ = [
     "PUBLICATION",
     "RECOVERY_EVENTS",
     "RESERVED_PREFIX",
+    "RETENTION",
     "DueQueue",
     "Lane",
     "LaneState",

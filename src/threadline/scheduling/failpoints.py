@@ -70,9 +70,18 @@ PUBLICATION_LOCATIONS: tuple[str, ...] = (
     "publication:deliver:before",
     "publication:deliver:after",
 )
+#: Boundaries of one retention wave (:mod:`threadline.maintenance.retention_lane`): before a
+#: Thread's batch is deleted (its transaction not begun), inside that transaction between the
+#: log's rows and the submissions' (a loss there rolls both back), and after it committed.
+RETENTION_LOCATIONS: tuple[str, ...] = (
+    "retention:prune:before",
+    "retention:prune:deleting",
+    "retention:prune:committed",
+)
 #: Every location :meth:`Failpoints.install` accepts by default.
 FAILPOINT_LOCATIONS: frozenset[str] = frozenset(
     MAINTENANCE_LOCATIONS + RUNTIME_LOCATIONS + SCHEDULE_LOCATIONS + PUBLICATION_LOCATIONS
+    + RETENTION_LOCATIONS
 )
 
 #: A handler gets the location; it may raise, or return an awaitable for :meth:`reached`.
@@ -172,6 +181,7 @@ __all__ = [
     "FAILPOINT_LOCATIONS",
     "MAINTENANCE_LOCATIONS",
     "PUBLICATION_LOCATIONS",
+    "RETENTION_LOCATIONS",
     "RUNTIME_LOCATIONS",
     "SCHEDULE_LOCATIONS",
     "FailpointGate",

@@ -18,6 +18,7 @@ from threadline.scheduling import (
     MESSAGES,
     NATIVE,
     PUBLICATION,
+    RETENTION,
     DueQueue,
     read_state,
 )
@@ -46,7 +47,8 @@ def alarm_invariant_problem(
     no later than ``max(earliest due, now + min_delay)``; a generation not yet processed
     has its native lane due; the delayed lane is due by the earliest delayed submission, the
     messages lane by the earliest pending message, and
-    each schedule's lane by its next fire time (and its pending fire, if one is recorded). A
+    each schedule's lane by its next fire time (and its pending fire, if one is recorded); with
+    retention on, its lane is never idle. A
     lane whose waves were charged without progress may wait out its retry floor (a backoff
     or a parking) past those times, except a schedule's next fire, which nothing postpones
     once a fire is recorded. ``holds`` are
@@ -83,6 +85,10 @@ def alarm_invariant_problem(
                              lost_wave=now + app.config.alarm_backoff_base_ms)
         if problem is not None:
             return problem
+    if app.config.retention_ms is not None:
+        lane = queue.get(RETENTION)
+        if lane is None or lane.due_at is None:
+            return f"retention is on but lane {RETENTION!r} is idle"
     problem = _subscribers_late(storage, app, queue, state)
     if problem is not None:
         return problem

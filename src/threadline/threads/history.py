@@ -6,7 +6,10 @@ runtime's own facts: a settlement (``submission.settled``), an approval request
 (``message.failed``), a record an operator made a subscriber skip (``subscriber.skipped``).
 Each record is appended in the transaction of the fact it reports, so a consumer that has read a
 Thread up to some seq has missed nothing before it: the SSE stream resumes from a seq,
-subscribers keep one cursor per Thread.
+subscribers keep one cursor per Thread. With ``retention_ms`` set, the retention lane
+(:mod:`threadline.maintenance.retention_lane`) deletes a Thread's oldest records, always a
+prefix and never its newest: the kept seqs run without a hole from the first kept one, and a
+reader from before it is told so (``first_kept``, ``event: horizon``).
 
 Record ids are derived from the submission and the record's place in it (``<submission>:settled``,
 ``<submission>:approval:<key>``, ``<submission>:approval:<key>:decided``,
@@ -21,7 +24,14 @@ submission's records already written (:func:`submission_records`).
 
 from __future__ import annotations
 
-from threadline.storage.port import Storage
+from dataclasses import dataclass
+
+from threadline.storage.port import Row, Storage
+
+#: Records one page of a Thread's log holds at most, when read to catch up.
+PAGE_RECORDS = 100
+#: Bytes of record bodies one page holds at most (a larger record is read alone).
+PAGE_BYTES = 1_048_576
 
 # One seek at the end of the Thread's primary-key range: a read instead of a counter row to
 # rewrite per record. The read and the insert after it run in one synchronous transaction of
@@ -35,9 +45,20 @@ _INSERT_HISTORY = (
     "INSERT INTO tl_history (thread_id, seq, record_id, submission_id, kind, body_json,"
     " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
+# One page: the innermost SELECT seeks the Thread's range and reads at most ``limit`` rows (the
+# count bound, and all that storage reads); the window over them keeps the prefix whose bodies
+# fit in the byte bound (the first record always, however large), so no more than that leaves
+# SQLite. ``fetched`` says how many rows the count bound read: more than returned means the
+# bytes cut the page short.
 _READ_HISTORY = (
-    "SELECT seq, record_id, submission_id, kind, body_json, created_at FROM tl_history"
-    " WHERE thread_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+    "SELECT seq, record_id, submission_id, kind, body_json, created_at, fetched FROM ("
+    " SELECT seq, record_id, submission_id, kind, body_json, created_at,"
+    " ROW_NUMBER() OVER w AS n, SUM(size) OVER w AS upto, COUNT(*) OVER () AS fetched FROM ("
+    " SELECT seq, record_id, submission_id, kind, body_json, created_at,"
+    " length(CAST(body_json AS BLOB)) AS size FROM tl_history"
+    " WHERE thread_id = ? AND seq > ? ORDER BY seq LIMIT ?)"
+    " WINDOW w AS (ORDER BY seq ROWS UNBOUNDED PRECEDING))"
+    " WHERE n = 1 OR upto <= ? ORDER BY seq"
 )
 # A submission's records all follow its first claim (``history_from``, the Thread's last seq
 # then): nothing appends one for it before. So this reads the Thread's range since that claim,
@@ -84,11 +105,50 @@ def last_history_seq(storage: Storage, thread_id: str) -> int:
     return int(storage.exec(_LAST_HISTORY_SEQ, thread_id).one()["seq"])
 
 
+@dataclass(frozen=True, slots=True)
+class HistoryPage:
+    """A page of a Thread's records, oldest first, and whether more follow it."""
+
+    rows: list[Row]
+    #: True when records after the last row exist, as far as the page's read saw.
+    more: bool
+
+
+def read_history_page(
+    storage: Storage, thread_id: str, *, after: int = 0, limit: int = PAGE_RECORDS,
+    max_bytes: int = PAGE_BYTES,
+) -> HistoryPage:
+    """The Thread's records after ``after``: at most ``limit`` of them, and no more than
+    ``max_bytes`` of bodies unless the first alone is larger (it is returned alone).
+
+    Storage reads ``limit + 1`` rows at most, whatever the log's length; ``more`` is True when
+    a record past the page exists (the count or the bytes ended it).
+    """
+    rows = storage.exec(_READ_HISTORY, thread_id, after, limit + 1, max_bytes).rows
+    fetched = int(rows[0]["fetched"]) if rows else 0
+    page = rows[:limit]
+    for row in page:
+        del row["fetched"]
+    return HistoryPage(page, fetched > len(page))
+
+
 def read_history(
-    storage: Storage, thread_id: str, *, after: int = 0, limit: int = 100
-) -> list[dict[str, object]]:
-    """A page of the Thread's records after ``after``, oldest first."""
-    return storage.exec(_READ_HISTORY, thread_id, after, limit).rows
+    storage: Storage, thread_id: str, *, after: int = 0, limit: int = PAGE_RECORDS,
+    max_bytes: int = PAGE_BYTES,
+) -> list[Row]:
+    """A page of the Thread's records after ``after``, oldest first (see
+    :func:`read_history_page`)."""
+    return read_history_page(
+        storage, thread_id, after=after, limit=limit, max_bytes=max_bytes).rows
 
 
-__all__ = ["append_history", "last_history_seq", "read_history", "submission_records"]
+__all__ = [
+    "PAGE_BYTES",
+    "PAGE_RECORDS",
+    "HistoryPage",
+    "append_history",
+    "last_history_seq",
+    "read_history",
+    "read_history_page",
+    "submission_records",
+]
