@@ -1,17 +1,45 @@
-"""Stopping a task that may ignore its cancellation: the one rule for agents and lane handlers.
+"""Running user code in a task of its own: the rules for agents, lane handlers and subscribers.
+
+Stopping a task that may ignore its cancellation:
 
 A cancelled task gets ``cancel_grace_ms`` on the injected clock to unwind. One that is still
 running then is *abandoned*: nobody awaits it any more, but it stays referenced until it ends
 (so the event loop does not collect a running coroutine) and its outcome is discarded. Its
 owner makes sure nothing it does afterwards commits (a revoked Turn, an ended lane wave).
+
+Containing an exit: asyncio re-raises ``SystemExit`` and ``KeyboardInterrupt`` out of the
+event loop from whichever task raised them, so one raised by user code would end the alarm
+handler and every other Thread's Attempt with it. Nothing in the platform stops Python code
+that way, so user code's task runs :func:`contained`, which carries one out as
+:class:`ExitRaised`, an ordinary exception its owner turns into that code's failure.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from threadline.clock import Clock
+
+T = TypeVar("T")
+
+
+class ExitRaised(Exception):
+    """User code raised ``SystemExit`` or ``KeyboardInterrupt`` (``raised``) in its task."""
+
+    def __init__(self, raised: BaseException) -> None:
+        super().__init__(f"{type(raised).__name__}: {raised}")
+        self.raised = raised
+
+
+async def contained(work: Awaitable[T]) -> T:
+    """Await ``work``, carrying a ``SystemExit`` or ``KeyboardInterrupt`` out as
+    :class:`ExitRaised` (run it as the task's coroutine: see the module docstring)."""
+    try:
+        return await work
+    except (SystemExit, KeyboardInterrupt) as exc:
+        raise ExitRaised(exc) from exc
 
 
 class Abandoned:
@@ -51,4 +79,4 @@ class Abandoned:
             task.exception()  # retrieved, so the loop does not report it as never retrieved
 
 
-__all__ = ["Abandoned"]
+__all__ = ["Abandoned", "ExitRaised", "contained"]

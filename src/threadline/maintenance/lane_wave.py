@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from threadline.abandonment import Abandoned
+from threadline.abandonment import Abandoned, contained
 from threadline.clock import Clock
 from threadline.config import RuntimeConfig
 from threadline.errors import Evicted, SchedulingError
@@ -165,9 +165,10 @@ def running(wave: Wave) -> Iterator[None]:
         _current_wave.reset(token)
 
 
-#: What a lane handler may let out of its wave: the (simulated) loss of the object, and the
-#: host stopping the code. Anything else it raises fails the wave.
-_PROPAGATES = (Evicted, KeyboardInterrupt, SystemExit)
+#: What a lane handler may let out of its wave: the (simulated) loss of the object. Anything
+#: else it raises fails the wave, ``SystemExit`` and ``KeyboardInterrupt`` too (nothing in the
+#: platform stops Python code that way: one is the handler's doing).
+_PROPAGATES = (Evicted,)
 
 
 async def bounded(
@@ -181,7 +182,7 @@ async def bounded(
     """Await ``work`` until ``deadline`` on the clock; past it, cancel it and raise
     :class:`WaveTimedOut` (:class:`WaveAbandoned` when it ignored the cancellation for the
     grace)."""
-    task = asyncio.ensure_future(work)
+    task = asyncio.ensure_future(contained(work))
     timer = asyncio.ensure_future(clock.sleep_until(deadline))
     try:
         await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)

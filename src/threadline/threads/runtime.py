@@ -9,7 +9,8 @@ ways, each one compare-and-set on the claimed revision:
 * it waits (approval, timer): ``suspended``, its wait durable;
 * it raised: ready again after a backoff, or ``failed`` once ``max_attempts`` is spent or the
   error is :class:`~threadline.errors.NonRetryable` or ``ValidationFailed`` (a refused
-  argument or value: a retry would be refused again); so does any foreign ``BaseException``;
+  argument or value: a retry would be refused again); a foreign ``BaseException``
+  (``SystemExit`` and ``KeyboardInterrupt`` included) is handled like any exception;
 * it ran past ``attempt_timeout_ms``: cancelled, then handled like a lost Attempt (an agent
   that swallows the cancellation is abandoned after ``cancel_grace_ms``; its Turn is revoked
   and the claim's revision moves on, so nothing it does later commits);
@@ -49,7 +50,7 @@ import random
 from collections.abc import Awaitable, Callable, Set
 from typing import Any, TypeVar
 
-from threadline.abandonment import Abandoned
+from threadline.abandonment import Abandoned, ExitRaised, contained
 from threadline.clock import Clock
 from threadline.clock import timer as clock_timer
 from threadline.config import RuntimeConfig
@@ -266,9 +267,9 @@ class ThreadRuntime:
             raise
         except BaseException as exc:
             # Any other exception, a foreign BaseException too (GeneratorExit, a custom
-            # subclass), fails the Attempt with its type and message; letting it escape would
-            # leave the claim to expire and lose both.
-            return await self._ended(claim, exc)
+            # subclass, an exit the agent's task carried out), fails the Attempt with its type
+            # and message; letting it escape would leave the claim to expire and lose both.
+            return await self._ended(claim, exc.raised if isinstance(exc, ExitRaised) else exc)
         if turn.has_step_in_flight:
             # It returned past an uncertain step whose result was never journaled (it caught
             # the failed write): that step's outcome is for an operator to decide, not lost.
@@ -291,7 +292,7 @@ class ThreadRuntime:
         this returns or raises, ``turn`` is revoked: nothing the agent's code does later (an
         abandoned task, or one it spawned) can write.
         """
-        agent = asyncio.ensure_future(work)
+        agent = asyncio.ensure_future(contained(work))
         timer = clock_timer(self.clock, deadline)
         try:
             try:
@@ -313,7 +314,7 @@ class ThreadRuntime:
                     f" cancel_grace_ms ({self.config.cancel_grace_ms}) of being cancelled"
                 )
             unwound = None if agent.cancelled() else agent.exception()
-            if isinstance(unwound, (Evicted, KeyboardInterrupt, SystemExit)):
+            if isinstance(unwound, Evicted):
                 raise unwound
             raise AttemptTimeout(
                 f"the Attempt ran longer than attempt_timeout_ms ({self.config.attempt_timeout_ms})"

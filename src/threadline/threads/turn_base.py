@@ -52,9 +52,12 @@ MAX_STEP_TRIES = 100
 MAX_STEP_DELAY_MS = 3_600_000
 MAX_BACKOFF = 1_000.0
 
-#: What may leave an Attempt as it is: the runtime's signals, a (simulated) eviction, and the
-#: host cancelling or stopping the code. Anything else an agent raises fails the Attempt.
-PROPAGATES = (ControlSignal, Evicted, asyncio.CancelledError, KeyboardInterrupt, SystemExit)
+#: What may leave an Attempt as it is: the runtime's signals, a (simulated) eviction, and a
+#: cancellation. Anything else an agent raises fails the Attempt, ``SystemExit`` and
+#: ``KeyboardInterrupt`` too: nothing in the platform stops Python code that way, so one is the
+#: agent's (or a library's) doing, and letting it out would take the alarm down with every
+#: other Thread's Attempt.
+PROPAGATES = (ControlSignal, Evicted, asyncio.CancelledError)
 
 
 @dataclass(frozen=True, slots=True)
