@@ -84,6 +84,9 @@ class PassContext:
         #: ``nonterminal`` of the generation record as this incarnation last read or wrote it
         #: (only passes write it): what a caught-up pass, which reads no record, reports.
         self._nonterminal = 0
+        #: Passes in a row whose failure could not be re-armed durably (storage refusing even
+        #: the generation record): the exponent of the in-memory backoff they re-arm with.
+        self._unrecorded_stalls = 0
 
     def _counted(self, nonterminal: int, processed_at: int | None) -> None:
         self._nonterminal = nonterminal

@@ -8,6 +8,7 @@ work) and decides the alarm too, so the durable backoff replaces the platform's 
 
 from __future__ import annotations
 
+from threadline.errors import ThreadlineError
 from threadline.maintenance.pass_context import PassContext
 from threadline.maintenance.pass_state import (
     FINISH_AFTER,
@@ -67,8 +68,9 @@ async def finish_pass(
 async def rearm_failure(ctx: PassContext, observed: _Observed) -> AlarmDecision:
     """Back off the failed pass and decide the alarm; see :class:`.Maintenance`.
 
-    Reads the generation record first: should storage refuse even that (unavailable),
-    the error propagates and the platform's retry is the last resort.
+    Reads the generation record first: should storage refuse even that (unavailable), the
+    backoff is kept in memory instead (:func:`_rearm_unrecorded`), so owed work keeps an
+    alarm; only a refused alarm write propagates, leaving the platform's retry.
     """
     await ctx._fp.reached(RETRY_BEFORE)
     now = ctx._clock.now_ms()
@@ -89,9 +91,28 @@ async def rearm_failure(ctx: PassContext, observed: _Observed) -> AlarmDecision:
                 _back_off_pass(ctx, current, observed, now, active)
             return ctx._alarm.decide(now)
 
-        decision = ctx._storage.transaction(rearm)
+        try:
+            decision = ctx._storage.transaction(rearm)
+        except ThreadlineError:
+            decision = _rearm_unrecorded(ctx, now)
+        else:
+            ctx._unrecorded_stalls = 0
     await ctx._fp.reached(RETRY_AFTER)
     return decision
+
+
+def _rearm_unrecorded(ctx: PassContext, now: int) -> AlarmDecision:
+    """Re-arm a failed pass whose backoff storage would not record: ``base * 2^stalls`` from
+    now (jittered, capped), counted in memory across such passes, in the alarm slot alone.
+    Nothing is known of what is owed, so it is re-armed whatever the due queue says; an alarm
+    already set sooner (a producer's, during the pass) is kept."""
+    delay = backoff_ms(ctx._unrecorded_stalls, ctx._config, ctx._rng)
+    ctx._unrecorded_stalls += 1
+    at = now + max(delay, ctx._alarm.min_delay_ms)
+    known = ctx._storage.known_alarm()
+    if known is None or known > at:
+        ctx._storage.set_alarm(at)
+    return AlarmDecision.REARMED
 
 
 def _back_off_pass(
