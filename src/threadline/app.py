@@ -248,7 +248,8 @@ class Application:
         ``start="beginning"`` delivers the log from its start, in bounded waves beside native
         work; ``"now"`` only what is appended after its first start; a bumped ``version``
         delivers the log again from its start. ``required=True`` holds a Thread's next native
-        work until the subscriber has consumed that Thread's records. ::
+        work until the subscriber has consumed that Thread's records; such a subscriber fails
+        and parks per Thread, going on with the other Threads' records meanwhile. ::
 
             @app.subscriber("crm-sync", kinds={"crm.contact"})
             async def crm_sync(batch: list[threadline.Record]) -> None:

@@ -47,10 +47,10 @@ object waits for them. Every run must keep these invariants:
   each message was admitted exactly once at its target; the follow-ups were joined once and
   settled once with the head; every submission settled exactly once.
 * and when the required subscriber refuses a Thread's records for good (``DeliveryRefused``):
-  it is parked having consumed none of them; only the Threads with records past its cursor
-  have work waiting (every other submission settled, messages and the other subscribers went
-  on); the parking was logged once, naming Threads it holds, and ``/maintenance`` shows it
-  with exactly those Threads and their open submissions.
+  it is parked on that Thread alone, having consumed none of its records and every other
+  Thread's, each in order; only that Thread has work waiting (every other submission settled,
+  messages and the other subscribers went on); the parking was logged once, naming that
+  Thread, and ``/maintenance`` shows it with exactly that Thread and its open submissions.
 * each delayed submission was admitted exactly once, behind the input its Thread received
   meanwhile, and no earlier than its due time (or aborted while scheduled), and each
   ``turn.submit`` admitted exactly once: its Thread holds just the submissions its agent's
@@ -95,6 +95,7 @@ from threadline import (
 from threadline.api.http import Request
 from threadline.delivery.outbound import OutboundResponse
 from threadline.errors import Evicted
+from threadline.maintenance.required_gate import read_holds
 from threadline.maintenance.subscriber_cursors import read_rows
 from threadline.schedules import fire_key
 from threadline.scheduling import FAILPOINT_LOCATIONS, RETENTION_LOCATIONS, read_state
@@ -771,11 +772,13 @@ def visible_waits(
 
 
 def parked_gate(obj: SimulatedObject) -> set[str]:
-    """The Threads whose native work waits for a parked required subscriber (an operator
-    must act; ``/maintenance`` shows them)."""
+    """The Threads whose native work waits for a required subscriber parked on them (an
+    operator must act; ``/maintenance`` shows them)."""
     rows = read_rows(obj.storage)
-    return {thread for thread, name in obj.space.publication.gated().items()
-            if name in rows and rows[name].parked}
+    parked = {thread for name, held in read_holds(obj.storage).items()
+              for thread, hold in held.items() if hold.parked}
+    return parked | {thread for thread, name in obj.space.publication.gated().items()
+                     if name in rows and rows[name].parked}
 
 
 def expected_outcome(item: Item) -> Outcome:
@@ -905,7 +908,12 @@ def delivery_problems(run: Run, scenario: Scenario) -> list[str]:
             what = f"{space}/{name}"
             row = rows.get(name)
             if name == "ledger" and space == SPACE and scenario.refuse:
-                continue  # parked: refusal_problems
+                # Parked on the refused Thread alone: every other Thread's records, in
+                # order (the rest in refusal_problems).
+                problems += ordered_delivery(what, {
+                    key: record_id for key, record_id in logged.items()
+                    if key[0] != scenario.refuse}, batches)
+                continue
             problems += ordered_delivery(what, logged, batches)
             if row is None or row.cursor != end or row.parked:
                 problems.append(f"{what} ended at {row}, the log at {end}")
@@ -944,40 +952,39 @@ def ordered_delivery(
 
 
 def refusal_problems(run: Run, scenario: Scenario, held: set[str]) -> list[str]:
-    """The required subscriber that refused for good: parked at its cursor, having consumed
-    no record of the refused Thread; reported once, with the Threads it holds; ``/maintenance``
-    shows it with exactly the Threads that have records it has not consumed and their open
-    work. Only that work waits: every other submission settled (checked by ``check``)."""
+    """The required subscriber that refused a Thread's records for good: parked on that Thread
+    alone (its cursor went on over the others'), having consumed none of its records; reported
+    once, naming it; ``/maintenance`` shows it with exactly that Thread and its open work.
+    Only that work waits: every other submission settled (checked by ``check``)."""
     obj, problems = run.obj, []
+    refused = str(scenario.refuse)
     row = read_rows(obj.storage).get("ledger")
-    end = int(obj.storage.exec("SELECT MAX(pos) AS pos FROM tl_history").one()["pos"])
-    if row is None or not row.parked or row.cursor >= end or row.detail != "closed book":
-        problems.append(f"the refusing ledger ended {row}, the log at {end}")
+    holds = read_holds(obj.storage).get("ledger", {})
+    hold = holds.get(refused)
+    if (row is None or row.parked or hold is None or not hold.parked
+            or hold.detail != "closed book" or set(holds) != {refused}):
+        problems.append(f"the refusing ledger ended {row}, holding {holds}")
     consumed = [r for b in run.world.deliveries.get("ledger", []) for r in b
-                if r.thread_id == scenario.refuse]
+                if r.thread_id == refused]
     if consumed:
-        problems.append(f"the ledger consumed {scenario.refuse}'s records {consumed}")
-    past = {str(r["thread_id"]) for r in obj.storage.exec(
-        "SELECT DISTINCT thread_id FROM tl_history WHERE pos > ?", row.cursor if row else 0)}
-    if held != past or scenario.refuse not in held:
-        problems.append(f"the gate holds {sorted(held)}; records past the cursor: {sorted(past)}")
+        problems.append(f"the ledger consumed {refused}'s records {consumed}")
+    if held != {refused}:
+        problems.append(f"the gate holds {sorted(held)}, not just {refused}")
     waiting = [sub_id for sub_id, item in zip(run.ids, scenario.items, strict=False)
                if obj.find(sub_id).state is not SubmissionState.SETTLED]
     refused_next = run.ids[max(i for i, item in enumerate(scenario.items)
-                               if item.thread == scenario.refuse)]
+                               if item.thread == refused)]
     if refused_next not in waiting:
         problems.append(f"{refused_next}, behind the refused records, did not wait")
     lines = [line for line in run.world.log if "'ledger' is parked" in line]
-    named = set(lines[0].partition("waits for it: ")[2].partition(";")[0].split(", ")
-                if lines else ())
-    # Reported once, naming the Threads it held then: still held, the cursor never moved.
-    if len(lines) != 1 or scenario.refuse not in named or not named <= held:
+    if len(lines) != 1 or f"on thread {refused!r}" not in lines[0]:
         problems.append(f"the parking was reported as {lines}")
     view = asyncio.run(maintenance_view(obj))
     entry = next((e for e in view["subscribers"] if e["name"] == "ledger"), None)
-    open_ids = {s.id for thread in held for s in obj.submissions(thread)
-                if s.state is not SubmissionState.SETTLED}
-    if (entry is None or entry["state"] != "parked" or entry["waiting_threads"] != sorted(held)
+    open_ids = {s.id for s in obj.submissions(refused) if s.state is not SubmissionState.SETTLED}
+    if (entry is None or entry["state"] != "parked" or entry["waiting_threads"] != [refused]
+            or [(h["thread"], h["state"]) for h in entry["held_threads"]] != [
+                (refused, "parked")]
             or set(entry["waiting_submissions"]) != open_ids or not set(waiting) <= open_ids):
         problems.append(f"/maintenance shows {entry}; held {sorted(held)}, open {open_ids}")
     return problems

@@ -188,7 +188,9 @@ class SkipRequest(_Request):
     record_id: str | None = Field(
         None, min_length=1, max_length=1_024,
         description="The id of the record to skip (the one a refusal's `detail` names): when"
-        " given, the record at the cursor must be this one (409 otherwise).")
+        " given, the record at the cursor must be this one (409 otherwise). A required"
+        " subscriber held on Threads skips the first record a hold owes (`held_threads[]."
+        "record_id`): there it is required, and it, not `cursor`, is the compare-and-set.")
 
 
 class RestartRequest(_Request):
@@ -649,6 +651,28 @@ class HostLaneView(_Response):
     stalls: int
 
 
+class HeldThreadView(_Response):
+    """A Thread a required subscriber failed on: its records from ``since_seq`` on are owed
+    and delivered on their own, while the other Threads' records go on."""
+
+    thread: str
+    since_seq: int = Field(description="The first record of the Thread it has not consumed.")
+    record_id: str | None = Field(
+        None, description="The first record it owes of this Thread, among the kinds it wants"
+        " (what `POST .../skip` names to move past it); null when none was found.")
+    state: Literal["backing-off", "parked"] = Field(
+        description="`backing-off`: retried at `retry_at`. `parked`: its destination refused"
+        " a batch of this Thread for good (`detail`); an operator resumes it or skips"
+        " `record_id` (`POST .../resume`, `/skip`), or a deploy that bumps the subscriber's"
+        " version delivers again.")
+    failures: int
+    retry_at: int | None
+    error_type: str | None
+    error: str | None
+    detail: str | None
+    failed_at: int
+
+
 class SubscriberView(_Response):
     """One subscriber the application declares: its cursor over the log and how it is doing."""
 
@@ -668,8 +692,10 @@ class SubscriberView(_Response):
     dispatch_timeout_ms: int
     state: Literal["delivering", "caught-up", "backing-off", "parked"] = Field(
         description="`caught-up`: nothing past its cursor. `delivering`: records wait and it can"
-        " take them. `backing-off`: its last delivery failed; retried at `retry_at`. `parked`:"
-        " its destination refused a batch for good (`detail`); an operator resumes it, skips the"
+        " take them. `backing-off`: its last delivery failed; retried at `retry_at` (a required"
+        " subscriber: the Threads in `held_threads`, the others' records go on). `parked`: its"
+        " destination refused a batch for good (`detail`; a required subscriber: of a Thread in"
+        " `held_threads`, parked on that Thread alone); an operator resumes it, skips the"
         " record at its cursor or restarts it from a position (`POST .../subscribers/{name}/"
         "resume`, `/skip`, `/restart`), or a deploy that bumps its version delivers the log"
         " again."
@@ -688,6 +714,9 @@ class SubscriberView(_Response):
         description="Required subscribers: the Threads whose native work waits for it.")
     waiting_submissions: list[str] = Field(
         description="Required subscribers: the open submissions of those Threads.")
+    held_threads: list[HeldThreadView] = Field(
+        description="Required subscribers: the Threads it failed on, each held alone (its"
+        " native work waits) while the others' records go on.")
 
 
 class SkippedRecordView(_Response):
@@ -827,6 +856,7 @@ __all__ = [
     "FieldError",
     "GenerationView",
     "Health",
+    "HeldThreadView",
     "HistoryPage",
     "HistoryQuery",
     "HistoryRecord",

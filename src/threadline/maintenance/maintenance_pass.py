@@ -9,9 +9,10 @@ subscriber deliveries around them (:mod:`.pass_lanes`), and the finish (:mod:`.p
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from threadline.errors import ThreadlineError
-from threadline.maintenance.native_dispatch import dispatch_native
+from threadline.maintenance.native_dispatch import Beside, dispatch_native
 from threadline.maintenance.pass_begin import begin
 from threadline.maintenance.pass_checkpoint import checkpoint
 from threadline.maintenance.pass_context import MaintenanceParts, PassContext, _Scan
@@ -80,9 +81,10 @@ class Maintenance(PassContext):
     nothing, so the whole pass waits: every lane due before the retry's ``not_before`` is deferred
     to it. Either way the retry record counts the stalls (``base * 2^stalls`` capped, jittered),
     so the gaps grow across evictions too, and a producer that raced the failure is never
-    postponed. Only a defect propagates, after the same re-arming; and should the re-arming
-    itself fail (storage unavailable, even for the record's read), that error propagates too,
-    leaving the platform's own retry as the last resort.
+    postponed. Only a defect propagates, after the same re-arming. Should the re-arming itself
+    fail (storage unavailable, even for the record's read), the pass re-arms the alarm slot
+    alone with a backoff counted in memory, so owed work is never left without an alarm; only
+    a refused alarm write propagates, leaving the platform's own retry as the last resort.
     """
 
     def __init__(self, parts: MaintenanceParts) -> None:
@@ -184,39 +186,30 @@ class Maintenance(PassContext):
         # records) and by one their lane brought; a caught-up pass reads nothing of them.
         publishing = pub is not None and pub.declared and (
             observed.actionable or any(lane.id == PUBLICATION for lane in due))
-        deliveries: list[asyncio.Future[bool]] = []
-        required_first: asyncio.Future[bool] | None = None
+        beside: Beside | None = None
         if pub is not None and publishing:
             tally.waves.add(PUBLICATION)
             pub.begin_pass()
-            # Required subscribers drain before native work; the others go beside it.
-            if pub.required:
-                required_first = asyncio.ensure_future(pub.round(event_deadline, required=True))
-                deliveries.append(required_first)
-            deliveries.append(asyncio.ensure_future(pub.round(event_deadline, required=False)))
+            # Every subscriber's wave goes beside native work, which never waits for one: a
+            # Thread a required subscriber gates is left out until its records are consumed.
+            beside = Beside(pub, asyncio.ensure_future(pub.round(event_deadline)),
+                            event_deadline)
         scan = self._scan = _Scan(self)
         failure: Exception | None = None
         try:
+            if not observed.actionable and beside is not None:
+                await self._while_delivering(beside, observed)
             if observed.actionable:
-                gated: dict[str, str] | None = None
-                if pub is not None and publishing and required_first is not None:
-                    await required_first
-                    gated = pub.gated()
                 with self._gate.native_source(crash_fallback=observed.fallback,
                                               retry_recorded=observed.retry_recorded):
-                    await dispatch_native(self, started, observed, tally, scan, gated)
-                if pub is not None and publishing:
-                    await asyncio.gather(*deliveries)
-                    # What this pass's own Attempts appended, delivered in the same event.
-                    if pub.behind():
-                        await pub.round(event_deadline)
-                    if gated is not None:
-                        gated = pub.gated()
-                await checkpoint(self, observed, tally, scan, gated)
+                    await dispatch_native(self, started, observed, tally, scan, beside)
+                if beside is not None:
+                    await asyncio.gather(*beside.rounds)
+                await checkpoint(self, observed, tally, scan)
             if waves:
                 await asyncio.gather(*waves)
-            if deliveries:
-                await asyncio.gather(*deliveries)
+            if beside is not None:
+                await asyncio.gather(*beside.rounds)
             await second_round(self, observed, due, enrollments, event_deadline, tally)
         except Exception as exc:  # re-raised once the after-native lanes had their waves
             failure = exc
@@ -224,7 +217,7 @@ class Maintenance(PassContext):
             self._scan = None
             for wave in waves:
                 wave.cancel()
-            for delivery in deliveries:
+            for delivery in [] if beside is None else beside.rounds:
                 delivery.cancel()
         # Every native Attempt has joined, even if native work failed: after-native lanes.
         unchanged = failure is None and self._queue.lane_enrollments == enrollments
@@ -232,6 +225,28 @@ class Maintenance(PassContext):
         if failure is not None:
             raise failure
         return await finish_pass(self, observed, tally, revision, publishing)
+
+    async def _while_delivering(self, beside: Beside, observed: _Observed) -> None:
+        """A caught-up pass whose subscriber waves run long (a backfill, a slow destination)
+        becomes actionable when a producer advances the generation meanwhile: input admitted
+        during the waves runs beside them instead of waiting for the pass to end."""
+        seen = self._gate.generations
+        while beside.pending():
+            change = self._gate.changed(self._gate.revision)
+            waiting: set[asyncio.Future[Any]] = {*beside.pending(), change}
+            try:
+                await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                change.cancel()
+            if self._gate.generations == seen:
+                continue
+            seen = self._gate.generations
+            with self._gate.snapshot() as active:
+                observed.active_at_start = active
+                self._storage.transaction(
+                    lambda: begin(self, self._clock.now_ms(), observed))
+            if observed.actionable:
+                return
 
     def _keep(self, report: PassReport) -> None:
         try:

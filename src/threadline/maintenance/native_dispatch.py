@@ -5,6 +5,13 @@ most ``native_concurrency`` Attempts at once, one head per Thread, round-robin a
 ``last_served_thread``, until no new Attempt may start (``yield_after_ms``) or the event
 deadline cancels those still running. Each dispatched Thread is recovered right before its
 Attempt; one parked on an unregistered agent gets a binding wait instead.
+
+The subscriber waves of the pass run beside it (:class:`Beside`), never awaited before an
+Attempt starts: while they run, input admitted meanwhile is dispatched as it comes. A Thread
+with records a required subscriber has not consumed is not dispatched; that is asked of each
+Thread right before it would be chosen and again right before its Attempt starts, so a record
+any producer committed meanwhile is never overtaken (see
+:meth:`~threadline.maintenance.publication_lane.Publication.gated_thread`).
 """
 
 from __future__ import annotations
@@ -33,24 +40,88 @@ from threadline.maintenance.pass_state import (
     _Observed,
     _Tally,
 )
+from threadline.maintenance.publication_lane import Publication
 from threadline.maintenance.view import Need, ThreadView
+
+
+class Beside:
+    """The subscriber waves of one pass, beside native work: the round the pass started, and
+    one more once it is done with no Attempt running and something is left to deliver (what
+    the pass's own Attempts appended, delivered in the same event)."""
+
+    ROUNDS = 2
+
+    def __init__(
+        self, publication: Publication, first: asyncio.Future[bool], until: int
+    ) -> None:
+        self.publication = publication
+        self.rounds: list[asyncio.Future[bool]] = [first]
+        self._until = until
+
+    def pending(self) -> list[asyncio.Future[bool]]:
+        """The rounds still running."""
+        return [wave for wave in self.rounds if not wave.done()]
+
+    def running(self, *, attempts: bool) -> list[asyncio.Future[bool]]:
+        """The rounds running now, the next one started first when it is due: the last is
+        done, no Attempt runs (``attempts``) and something is left to deliver."""
+        pending = self.pending()
+        if (pending or attempts or len(self.rounds) >= self.ROUNDS
+                or not self.publication.behind()):
+            return pending
+        self.rounds.append(asyncio.ensure_future(self.publication.round(self._until)))
+        return self.pending()
+
+
+class _Gate:
+    """Whether a Thread may start, asked per Thread and remembered until it can change: a
+    Thread found free is asked again once its own Attempt ended or a producer outside the pass
+    committed; one found held, once a subscriber delivered a batch."""
+
+    def __init__(self, ctx: PassContext) -> None:
+        pub = ctx._publication
+        self._pub = pub if pub is not None and pub.required else None
+        self._ctx = ctx
+        self._free: set[str] = set()
+        self._generations = ctx._gate.generations
+
+    def holds(self, thread_id: str) -> bool:
+        if self._pub is None:
+            return False
+        generations = self._ctx._gate.generations
+        if generations != self._generations:
+            self._generations = generations
+            self._free.clear()
+        if thread_id in self._free:
+            return False
+        if self._pub.gated_thread(thread_id) is not None:
+            return True
+        self._free.add(thread_id)
+        return False
+
+    def changed(self, thread_id: str) -> None:
+        self._free.discard(thread_id)
+
+
+def gated_now(ctx: PassContext, thread_id: str) -> bool:
+    """Whether a required subscriber has not consumed a record of ``thread_id`` it wants."""
+    pub = ctx._publication
+    return pub is not None and bool(pub.required) and pub.gated_thread(thread_id) is not None
 
 
 async def dispatch_native(
     ctx: PassContext, started: int, observed: _Observed, tally: _Tally, scan: _Scan,
-    gated: dict[str, str] | None = None,
+    beside: Beside | None = None,
 ) -> None:
-    """Recover and dispatch the Threads owing work until none is left or a deadline is reached.
-
-    ``gated`` names the Threads whose records a required subscriber has not consumed (None:
-    no required subscriber); it gains the Threads whose Attempts appended such records.
-    """
+    """Recover and dispatch the Threads owing work until none is left (and the subscriber
+    waves ``beside`` it are done) or a deadline is reached."""
     config = ctx._config
     yield_after = started + config.yield_after_ms
     event_deadline = started + config.event_deadline_ms
     tasks: dict[str, asyncio.Task[bool]] = {}
     deferred: set[str] = set()
     recovered: set[str] = set()
+    gate = _Gate(ctx)
     deadline = asyncio.ensure_future(ctx._clock.sleep_until(event_deadline))
     try:
         while True:
@@ -78,7 +149,7 @@ async def dispatch_native(
                 runnable = [view for view in views if view.need is Need.RUNNABLE
                             and view.thread_id not in deferred
                             and view.thread_id not in tasks
-                            and (gated is None or view.thread_id not in gated)]
+                            and not gate.holds(view.thread_id)]
                 if free > 0 and runnable:
                     for view in await _select(ctx, runnable, free, observed, tally):
                         tally.dispatched += 1
@@ -86,21 +157,21 @@ async def dispatch_native(
                             _attempt(ctx, view, yield_after, tally))
             elif any(view.need is Need.RUNNABLE for view in views):
                 tally.cut_short = True
-            if not tasks:
+            # With no Attempt running, the pass goes on while its subscriber waves do: what
+            # they deliver may free a Thread, and input admitted meanwhile runs at once.
+            waves = ([] if beside is None or now >= yield_after
+                     else beside.running(attempts=bool(tasks)))
+            if not tasks and not waves:
                 break
-            await _await_progress(ctx, tasks, deadline)
+            await _await_progress(ctx, tasks, deadline, waves, gate)
             for thread_id, task in list(tasks.items()):
                 if task.done():
                     del tasks[thread_id]
                     scan.changed(thread_id)
+                    # What the Attempt appended may hold the Thread's next head.
+                    gate.changed(thread_id)
                     if not task.result():
                         deferred.add(thread_id)
-                    if gated is not None and ctx._publication is not None:
-                        # What the Attempt appended waits for the required subscribers
-                        # before the Thread's next head may run.
-                        holder = ctx._publication.gated_thread(thread_id)
-                        if holder is not None:
-                            gated[thread_id] = holder
             # Requests waiting for the object are served before the next Attempt starts:
             # what they admit is in the next scan.
             await ctx._pause()
@@ -125,18 +196,27 @@ async def dispatch_native(
 
 
 async def _await_progress(
-    ctx: PassContext, tasks: dict[str, asyncio.Task[bool]], deadline: asyncio.Future[None]
+    ctx: PassContext, tasks: dict[str, asyncio.Task[bool]], deadline: asyncio.Future[None],
+    waves: list[asyncio.Future[bool]], gate: _Gate,
 ) -> None:
-    """Wait until an Attempt ends, the event deadline passes, or a producer outside the
-    pass advanced the generation (new input must not wait for a long Attempt to end)."""
+    """Wait until an Attempt ends, the event deadline passes, a producer outside the pass
+    advanced the generation (new input must not wait for a long Attempt to end), or, with
+    subscriber waves running, one of them delivered a batch or ended."""
     seen = ctx._gate.generations
+    pub = ctx._publication
     while True:
         change = ctx._gate.changed(ctx._gate.revision)
-        waiting: set[asyncio.Future[Any]] = {*tasks.values(), deadline, change}
+        waiting: set[asyncio.Future[Any]] = {*tasks.values(), *waves, deadline, change}
+        delivered = None
+        if waves and pub is not None:
+            delivered = pub.progressed()
+            waiting.add(delivered)
         try:
             done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         finally:
             change.cancel()
+            if delivered is not None:
+                delivered.cancel()
         if done - {change} or ctx._gate.generations != seen:
             return
 
@@ -175,6 +255,10 @@ async def _attempt(
     """Recover the Thread, then run one Attempt of its head; True when it settled."""
     recovered = tally.recovered
     if not await recover(ctx, view, tally):
+        return False
+    if gated_now(ctx, view.thread_id):
+        # A producer committed a record of this Thread since it was chosen (an abort of
+        # its head, say): its next work waits for the required subscribers.
         return False
     # What the scan read, when recovery found nothing to do and nothing changed the
     # Thread since: the claim decides from it instead of reading it a third time.

@@ -8,7 +8,6 @@ obligation. Input queued behind a suspended head is taken out of the live range 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace
 from functools import partial
 
@@ -22,20 +21,17 @@ from threadline.threads.model import SubmissionState
 
 
 async def checkpoint(
-    ctx: PassContext, observed: _Observed, tally: _Tally, scan: _Scan,
-    gated: Mapping[str, str] | None = None,
+    ctx: PassContext, observed: _Observed, tally: _Tally, scan: _Scan
 ) -> None:
     """Certify what native work left, in one transaction under the gate's snapshot."""
     await ctx._fp.reached(CHECKPOINT_BEFORE)
     with ctx._gate.snapshot() as active:
-        ctx._storage.transaction(
-            lambda: _certify(ctx, observed, tally, active, scan, gated or {}))
+        ctx._storage.transaction(lambda: _certify(ctx, observed, tally, active, scan))
     await ctx._fp.reached(CHECKPOINT_AFTER)
 
 
 def _certify(
-    ctx: PassContext, observed: _Observed, tally: _Tally, active: int, scan: _Scan,
-    gated: Mapping[str, str],
+    ctx: PassContext, observed: _Observed, tally: _Tally, active: int, scan: _Scan
 ) -> None:
     now = ctx._clock.now_ms()
     current = generation.read_state(ctx._storage)
@@ -45,23 +41,26 @@ def _certify(
     views = _hold_followers(ctx, scan.current(now, frozenset()))
     nonterminal = _nonterminal(views)
     tally.nonterminal = nonterminal
+    pub = ctx._publication
+    # Runnable work a required subscriber holds (asked per Thread: a hold, or a seek).
+    gated = {} if pub is None or not pub.required else {
+        view.thread_id: name for view in views if view.need is Need.RUNNABLE
+        and (name := pub.gated_thread(view.thread_id)) is not None}
     # A Thread whose fault transition storage refused is owed too, even with no view.
     owed_now = bool(tally.unrecorded) or any(
         view.need in (Need.RUNNABLE, Need.RECOVER) and view.thread_id not in gated
         for view in views)
     timed = [view.due_at for view in views
              if view.need in (Need.TIMED, Need.FAULTED) and view.due_at is not None]
-    # Runnable work held by the required gate is due when its subscriber can deliver
-    # again: now when it merely ran out of its wave, at its retry when it backs off,
-    # never while it is parked (a deploy that bumps its version wakes native work).
-    pub = ctx._publication
+    # Runnable work held by the required gate is due when its subscriber can deliver what
+    # it owes of that Thread: now when it merely ran out of its wave, at the retry of the
+    # Thread's hold (or of the subscriber) when it backs off, never while it is parked (a
+    # deploy that bumps its version, removes it or makes it optional wakes native work).
     if pub is not None:
-        for view in views:
-            name = gated.get(view.thread_id)
-            if name is not None and view.need is Need.RUNNABLE:
-                due = pub.ready_at(name, now)
-                if due is not None:
-                    timed.append(due)
+        for thread_id, name in gated.items():
+            due = pub.gate_opens_at(name, thread_id, now)
+            if due is not None:
+                timed.append(due)
     # Suspensions whose timers were not due at the last full scan were not visited: their
     # earliest timer bounds when one can wake (one that fell due since is due now).
     since = scan.scanned_at

@@ -22,27 +22,37 @@ order within each Thread. The maintenance pass delivers, through the one alarm:
   (:mod:`~threadline.maintenance.subscriber_operations`), a start whose environment lifts the
   parking resumes it, or a deploy bumps its ``version``. A refusal that names one record of
   the batch (``record_id``: a Queue message over its size limit) first has the records
-  before it delivered alone, so the parking is on that record. Each delivery is bounded by
+  before it delivered alone, so the parking is on that record. A required subscriber backs
+  off or parks per Thread instead (see the gate below). Each delivery is bounded by
   ``dispatch_timeout`` on the injected clock; past it the coroutine is cancelled and, should
   it ignore that, abandoned after ``cancel_grace_ms`` (:mod:`threadline.abandonment`): it
   counts as a failure and never holds the pass. A parking is logged once.
-* **Waves.** A subscriber gets at most :data:`WAVE_BATCHES` batches per round, and a pass runs
-  two rounds at most: one beside native work from its start, one after native work joined (for
-  what the pass's own Attempts appended). A subscriber still behind then makes the
-  ``threadline:publication`` lane due (now, or at its retry time), so a backfill from the
-  beginning goes on wave after wave, one pass each, and never holds native work.
+* **Waves.** A subscriber gets at most :data:`WAVE_BATCHES` batches per round, each bounded by
+  its ``dispatch_timeout``, and a pass runs two rounds at most, both beside native work: one
+  from its start, one once it is done and no Attempt runs (for what the pass's own Attempts
+  appended). Native dispatch never waits for a round: it goes on while one runs, input
+  admitted meanwhile included (a caught-up pass whose waves run long becomes actionable when
+  a producer commits). A subscriber still behind then makes the ``threadline:publication``
+  lane due (now, or at its retry time), so a backfill from the beginning goes on wave after
+  wave, one pass each, and never holds native work.
 * **The required gate.** A ``required=True`` subscriber is the reference's publication: a
   Thread's next native work waits until every required subscriber has consumed that Thread's
-  committed records (those it wants). The pass drains required subscribers' first round
-  before it dispatches, then leaves out the Threads still gated; a required subscriber that is
-  parked or backing off holds only the Threads with records it has not consumed.
+  committed records (those it wants). It is decided per Thread, right before the Thread is
+  chosen and again right before its Attempt starts, so a record any producer committed
+  meanwhile is never overtaken, and at a cost that does not grow with the log
+  (:mod:`threadline.maintenance.required_gate`). A required subscriber's failed batch holds
+  the Thread of its first record (:mod:`threadline.maintenance.publication_holds`): that
+  Thread's records are delivered alone at its retry time (or never, while it is parked on
+  it), and the cursor goes on over every other Thread's. So a destination failing on one
+  Thread's records holds that Thread's native work and nothing else.
 * **Declarations.** At a start whose declarations changed (see :func:`subscribers_key`) a new
   subscriber's cursor is written (``start="beginning"``: 0; ``"now"``: the log's end), a bumped
-  ``version`` starts over from the beginning with a fresh failure count, and the cursor of a
-  subscriber this deployment no longer declares is dropped with one log line. At every start
-  a subscriber parked for something only the environment lacked (a webhook's secret, a Queue
-  binding) whose environment now has it resumes from its cursor (:meth:`Publication.resume`,
-  which reads the parked rows only).
+  ``version`` starts over from the beginning with a fresh failure count (its holds dropped),
+  and the cursor of a subscriber this deployment no longer declares is dropped (its holds too)
+  with one log line. Native work is looked at again then: what a required subscriber removed
+  or made optional held runs. At every start a subscriber parked for something only the
+  environment lacked (a webhook's secret, a Queue binding) whose environment now has it
+  resumes from its cursor (:meth:`Publication.resume`, which reads the parked rows only).
 """
 
 from __future__ import annotations
@@ -53,10 +63,9 @@ import random
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import replace
-from functools import partial
 from typing import Any
 
-from threadline.abandonment import Abandoned
+from threadline.abandonment import Abandoned, contained
 from threadline.clock import Clock
 from threadline.config import RuntimeConfig
 from threadline.delivery.outbound import HttpPort
@@ -64,21 +73,24 @@ from threadline.delivery.subscribers import (
     DeliveryContext,
     Subscribers,
     SubscriberSpec,
-    oversize_rule,
     parking_lifted,
     retry_after_of,
 )
-from threadline.errors import DeliveryRefused, ThreadlineError
+from threadline.errors import DeliveryRefused, Evicted, ThreadlineError
+from threadline.maintenance.publication_report import PublicationReport
+from threadline.maintenance.required_gate import (
+    Hold,
+    drop_holds,
+    read_holds,
+    unpark_hold,
+)
 from threadline.maintenance.subscriber_cursors import (
     SKIP_PERSIST,
     Batch,
     SubscriberRow,
     drop_row,
     insert_row,
-    kinds_past,
-    last_position,
     log_end,
-    mark_reported,
     position_of,
     read_batch,
     read_parked,
@@ -86,7 +98,6 @@ from threadline.maintenance.subscriber_cursors import (
     restart_row,
     resume_row,
     subscribers_key,
-    threads_past,
     write_delivered,
     write_failed,
     write_parked,
@@ -94,6 +105,7 @@ from threadline.maintenance.subscriber_cursors import (
 from threadline.scheduling import NATIVE, PUBLICATION, DueQueue, backoff_ms
 from threadline.scheduling.failpoints import PUBLICATION_LOCATIONS, Failpoints
 from threadline.storage.port import Storage
+from threadline.threads.records import Record
 
 _logger = logging.getLogger("threadline.maintenance")
 
@@ -104,7 +116,7 @@ WAVE_BATCHES = 10
 DELIVERING, DELIVERED = PUBLICATION_LOCATIONS
 
 
-class Publication:
+class Publication(PublicationReport):
     """Delivery to the declared subscribers, driven by the maintenance pass.
 
     ``space`` is the name of the space every
@@ -143,12 +155,16 @@ class Publication:
         self._log = log if log is not None else _logger.error
         #: The rows as last read or written by this incarnation (None: not read yet).
         self._rows: dict[str, SubscriberRow] | None = None
+        #: The Threads each subscriber is held on (read with the rows, then kept).
+        self._holds: dict[str, dict[str, Hold]] = {}
         #: How far each subscriber has read, past its durable cursor, over records it does
-        #: not want.
+        #: not want (or that a hold of its owes).
         self._read: dict[str, int] = {}
         self._abandoned = Abandoned()
         #: Subscribers whose wave of the running pass is used up.
         self._spent: set[str] = set()
+        #: Waiting for the next delivered batch (native dispatch, for the Threads it gates).
+        self._waiters: list[asyncio.Future[None]] = []
         #: Batches delivered and the rows their cursors wrote, per subscriber (this
         #: incarnation): what the bench prints.
         self.batches: dict[str, int] = {}
@@ -160,11 +176,6 @@ class Publication:
         return len(self._specs) > 0
 
     @property
-    def required(self) -> list[SubscriberSpec]:
-        """The declared subscribers that gate native work."""
-        return [spec for spec in self._specs if spec.required]
-
-    @property
     def abandoned(self) -> int:
         """Deliveries abandoned after a cancellation they ignored, still running."""
         return len(self._abandoned)
@@ -173,8 +184,10 @@ class Publication:
 
     def reconcile(self) -> None:
         """At a start whose declarations changed: write new cursors, start bumped versions
-        over, drop the cursors of subscribers no longer declared (one log line each), and
-        make the publication lane due when some subscriber is behind."""
+        over, drop the cursors (and holds) of subscribers no longer declared (one log line
+        each), make the publication lane due when some subscriber is behind, and native work
+        due when some subscriber was declared before (a required one removed or made optional
+        releases what it held)."""
         now = self._clock.now_ms()
 
         def apply() -> tuple[list[SubscriberRow], bool]:
@@ -189,6 +202,7 @@ class Publication:
                     rows[spec.name] = SubscriberRow(spec.name, spec.version, cursor, "active")
                 elif row.version != spec.version:
                     restart_row(self._storage, spec.name, spec.version)
+                    drop_holds(self._storage, spec.name)
                     rows[spec.name] = SubscriberRow(spec.name, spec.version, 0, "active")
             woken = any(spec.required and rows[spec.name].cursor < end
                         and rows[spec.name] is not before.get(spec.name)
@@ -196,15 +210,20 @@ class Publication:
             removed = [row for name, row in sorted(rows.items()) if self._specs.get(name) is None]
             for row in removed:
                 drop_row(self._storage, row.name)
+                drop_holds(self._storage, row.name)
                 del rows[row.name]
-            behind = any(not row.parked and row.cursor < end for row in rows.values())
+            holds = read_holds(self._storage)
+            behind = any(not row.parked and row.cursor < end for row in rows.values()) or any(
+                not hold.parked for held in holds.values() for hold in held.values())
             if behind:
                 self._queue.set_due(PUBLICATION, now)
-            if woken:
-                # A required subscriber starts (over): the native work it may have held
-                # (under a parking, say) is looked at again once it has drained.
+            if woken or before:
+                # A required subscriber starts (over), or one this deployment no longer
+                # declares as required may have held native work (under a parking, say):
+                # that work is looked at again, and runs once nothing holds it.
                 self._queue.set_due(NATIVE, now)
             self._rows = rows
+            self._holds = holds
             return removed, behind
 
         removed, _ = self._storage.transaction(apply)
@@ -216,40 +235,48 @@ class Publication:
             )
 
     def resume(self) -> list[str]:
-        """At start: unpark each subscriber whose parking this incarnation's environment lifts
-        (:func:`~threadline.delivery.subscribers.parking_lifted`), where its cursor stands, and
-        make the lanes due that it may serve or have held; return their names (one log line
-        each, naming no value of the environment)."""
+        """At start: unpark each subscriber (or a required one's parked hold of a Thread) whose
+        parking this incarnation's environment lifts
+        (:func:`~threadline.delivery.subscribers.parking_lifted`), where it stands, and make
+        the lanes due that it may serve or have held; return the names of the subscribers
+        resumed (one log line each, naming no value of the environment)."""
         if not self.declared:
             return []
         lifted = [row for row in read_parked(self._storage)
                   if (spec := self._specs.get(row.name)) is not None
                   and parking_lifted(spec, row.detail, self.env)]
-        if not lifted:
+        lifted_holds = [hold for name, held in read_holds(self._storage).items()
+                        if (spec := self._specs.get(name)) is not None
+                        for hold in held.values()
+                        if hold.parked and parking_lifted(spec, hold.detail, self.env)]
+        if not lifted and not lifted_holds:
             return []
         now = self._clock.now_ms()
-        held = any(spec.required for spec in self._specs if spec.name in
-                   {row.name for row in lifted})
+        held = bool(lifted_holds) or any(
+            spec.required for spec in self._specs if spec.name in {row.name for row in lifted})
 
-        def apply() -> list[SubscriberRow]:
+        def apply() -> tuple[list[SubscriberRow], list[Hold]]:
             resumed = [row for row in lifted
                        if resume_row(self._storage, row.name, row.version) == 1]
-            if resumed:
+            unparked = [hold for hold in lifted_holds if unpark_hold(self._storage, hold) == 1]
+            if resumed or unparked:
                 self._queue.set_due(PUBLICATION, now)
                 if held:
                     # The Threads it held are looked at again once it has drained.
                     self._queue.set_due(NATIVE, now)
-            return resumed
+            return resumed, unparked
 
-        resumed = self._storage.transaction(apply)
+        resumed, unparked = self._storage.transaction(apply)
+        self._rows = None  # read again, holds with them
         for row in resumed:
-            self._store(replace(row, state="active", failures=0, retry_at=None,
-                                error_type=None, error=None, detail=None, failed_at=None,
-                                reported=False))
             self._log(f"threadline: subscriber {row.name!r} resumes from its cursor (at "
                       f"{row.cursor}): this deployment's environment lifts its parking "
                       f"({row.detail})")
-        return [row.name for row in resumed]
+        for hold in unparked:
+            self._log(f"threadline: subscriber {hold.name!r} resumes on thread "
+                      f"{hold.thread_id!r}: this deployment's environment lifts its parking "
+                      f"({hold.detail})")
+        return sorted({row.name for row in resumed} | {hold.name for hold in unparked})
 
     # -- state -----------------------------------------------------------------------------
 
@@ -257,6 +284,7 @@ class Publication:
         """The declared subscribers' rows (read once per incarnation, then kept)."""
         if self._rows is None:
             self._rows = read_rows(self._storage)
+            self._holds = read_holds(self._storage)
         missing = [spec for spec in self._specs if spec.name not in self._rows]
         if missing:
             # Declared, yet without a row: the start that would have written it was lost.
@@ -264,59 +292,21 @@ class Publication:
             assert self._rows is not None
         return self._rows
 
-    def _position(self, row: SubscriberRow) -> int:
-        return max(row.cursor, self._read.get(row.name, 0))
-
     def _ready(self, row: SubscriberRow, now: int) -> bool:
         return not row.parked and (row.retry_at is None or row.retry_at <= now)
 
     def behind(self, end: int | None = None) -> bool:
-        """Whether some subscriber that is not parked has records past its position."""
+        """Whether some subscriber that is not parked has records past its position, or a
+        held Thread whose retry has come."""
         if not self.declared:
             return False
         rows = self.rows()
         if end is None:
             end = log_end(self._storage)
-        return any(not row.parked and self._position(row) < end for row in rows.values()
-                   if self._specs.get(row.name) is not None)
-
-    def gated(self) -> dict[str, str]:
-        """The Threads whose native work waits for a required subscriber: each with records
-        that subscriber wants and has not consumed, mapped to the first such subscriber."""
-        held: dict[str, str] = {}
-        if not any(spec.required for spec in self._specs):
-            return held
-        rows = self.rows()
-        end = log_end(self._storage)
-        for spec in self.required:
-            row = rows.get(spec.name)
-            if row is None or self._position(row) >= end:
-                continue
-            for thread_id, kind in threads_past(self._storage, row.cursor):
-                if spec.wants(kind):
-                    held.setdefault(thread_id, spec.name)
-        return held
-
-    def gated_thread(self, thread_id: str) -> str | None:
-        """The first required subscriber that has not consumed a record of ``thread_id`` it
-        wants, or None. One seek at the end of the Thread's log when it is consumed."""
-        required = self.required
-        if not required:
-            return None
-        last = last_position(self._storage, thread_id)
-        if last is None:
-            return None
-        rows = self.rows()
-        for spec in required:
-            row = rows.get(spec.name)
-            if row is None or last <= self._position(row):
-                continue
-            if spec.kinds is None:
-                return spec.name
-            for kind in kinds_past(self._storage, thread_id, row.cursor):
-                if spec.wants(kind):
-                    return spec.name
-        return None
+        now = self._clock.now_ms()
+        return any(not row.parked and (self._position(row) < end
+                                       or self._due_holds(row.name, now))
+                   for row in rows.values() if self._specs.get(row.name) is not None)
 
     def ready_at(self, name: str, now: int) -> int | None:
         """When subscriber ``name`` can deliver again: ``now`` when it is ready, its retry
@@ -328,14 +318,20 @@ class Publication:
 
     def next_due(self, now: int) -> int | None:
         """When the publication lane is next due: now for a subscriber behind and ready, its
-        retry time for one backing off; None when every one is caught up or parked."""
+        retry time for one backing off, a held Thread's retry time; None when every one is
+        caught up or parked."""
         if not self.declared:
             return None
         end = log_end(self._storage)
-        dues = [now if row.retry_at is None else max(now, int(row.retry_at))
-                for row in self.rows().values()
-                if self._specs.get(row.name) is not None and not row.parked
-                and self._position(row) < end]
+        dues: list[int] = []
+        for row in self.rows().values():
+            if self._specs.get(row.name) is None or row.parked:
+                continue
+            ready = now if row.retry_at is None else max(now, int(row.retry_at))
+            if self._position(row) < end:
+                dues.append(ready)
+            dues.extend(max(ready, int(hold.retry_at or now))
+                        for hold in self.holds(row.name).values() if not hold.parked)
         return min(dues, default=None)
 
     def settle_lane(self, now: int) -> None:
@@ -344,34 +340,47 @@ class Publication:
         due = self.next_due(now)
         self._storage.transaction(lambda: self._queue.set_due(PUBLICATION, due))
 
+    def progressed(self) -> asyncio.Future[None]:
+        """A future done at the next delivered batch (a Thread a required subscriber gated
+        may be free then)."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters = [*(w for w in self._waiters if not w.done()), waiter]
+        return waiter
+
+    def _notify(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
     # -- delivery --------------------------------------------------------------------------
 
     def begin_pass(self) -> None:
         """A pass begins: every subscriber has its whole wave again."""
         self._spent.clear()
 
-    async def round(self, until: int, *, required: bool | None = None) -> bool:
-        """One round: each ready subscriber (only the required ones, or only the others,
-        when ``required`` says so) that has not used up its wave in this pass gets up to
-        :data:`WAVE_BATCHES` batches, the subscribers concurrently; returns whether a batch
-        was delivered."""
+    async def round(self, until: int) -> bool:
+        """One round: each ready subscriber that has not used up its wave in this pass gets
+        up to :data:`WAVE_BATCHES` batches (a held Thread whose retry came: its own, first),
+        the subscribers concurrently; returns whether a batch was delivered."""
         if not self.declared:
             return False
         now = self._clock.now_ms()
         rows = self.rows()
         chosen = [spec for spec in self._specs
-                  if (required is None or spec.required == required)
-                  and spec.name not in self._spent
+                  if spec.name not in self._spent
                   and spec.name in rows and self._ready(rows[spec.name], now)]
         if not chosen:
             return False
         end = log_end(self._storage)
-        chosen = [spec for spec in chosen if self._position(rows[spec.name]) < end]
+        chosen = [spec for spec in chosen if self._position(rows[spec.name]) < end
+                  or self._due_holds(spec.name, now)]
         results = await asyncio.gather(*(self._wave(spec, until) for spec in chosen))
         return any(results)
 
     async def _wave(self, spec: SubscriberSpec, until: int) -> bool:
         delivered = False
+        tried: set[str] = set()
         for turn in range(WAVE_BATCHES):
             if turn == WAVE_BATCHES - 1:
                 # Its wave for this pass is used up: a backfill goes on in the next one.
@@ -382,14 +391,26 @@ class Publication:
             row = self.rows().get(spec.name)
             if row is None or not self._ready(row, now):
                 break
+            hold = next((hold for hold in self._due_holds(spec.name, now)
+                         if hold.thread_id not in tried), None)
+            if hold is not None:
+                # A held Thread whose retry came: its own batch, before the others'. Should
+                # it fail again, the others still get theirs.
+                tried.add(hold.thread_id)
+                delivered = await self._catch_up(spec, row, hold, now) or delivered
+                continue
             batch = read_batch(self._storage, spec, self._position(row))
             if batch is None:
                 break
-            if not batch.records:
+            held = self.holds(spec.name)
+            records = [record for record in batch.records if record.thread_id not in held]
+            if not records:
                 self._skip(spec, row, batch.through)
                 continue
-            outcome = await self._deliver(spec, row, batch, now, until)
-            if not outcome:
+            if not await self._deliver(spec, row, Batch(records, batch.through), now, until):
+                hold = held.get(records[0].thread_id)
+                if hold is not None and hold.due(self._clock.now_ms()):
+                    continue  # a refusal among several Threads: its first, alone, at once
                 break
             delivered = True
             # A turn for native work and the other subscribers before the next batch.
@@ -397,20 +418,21 @@ class Publication:
         return delivered
 
     def _skip(self, spec: SubscriberSpec, row: SubscriberRow, through: int) -> None:
-        """Step over records ``spec`` does not want: in memory, written with the next batch,
-        or alone once SKIP_PERSIST records were stepped over."""
+        """Step over records ``spec`` does not want (or a hold owes): in memory, written with
+        the next batch, or alone once SKIP_PERSIST records were stepped over."""
         self._read[spec.name] = through
         if through - row.cursor >= SKIP_PERSIST:
             self._commit(spec, row, through, 0)
 
-    async def _deliver(
-        self, spec: SubscriberSpec, row: SubscriberRow, batch: Batch, now: int, until: int
-    ) -> bool:
-        """Deliver one batch; True when it was delivered and its cursor written."""
+    async def _call(
+        self, spec: SubscriberSpec, records: list[Record], now: int
+    ) -> Exception | None:
+        """Call ``spec``'s ``deliver`` with ``records`` under its ``dispatch_timeout``; the
+        error it failed with, or None once it returned."""
         ctx = DeliveryContext(space=self.space, subscriber=spec.name, env=self.env,
                               http=self.http, now_ms=now)
         await self._fp.reached(DELIVERING)
-        task = asyncio.ensure_future(spec.deliver(list(batch.records), ctx))
+        task = asyncio.ensure_future(contained(spec.deliver(records, ctx)))
         timer = asyncio.ensure_future(self._clock.sleep_until(now + spec.dispatch_timeout_ms))
         try:
             await asyncio.wait((task, timer), return_when=asyncio.FIRST_COMPLETED)
@@ -422,28 +444,47 @@ class Publication:
         timer.cancel()
         if not task.done():
             await self._abandoned.stop(task, self._clock, self._config.cancel_grace_ms)
-            return self._failed(spec, row, TimeoutError(
-                f"delivery outran its dispatch_timeout of {spec.dispatch_timeout_ms} ms"))
+            return TimeoutError(
+                f"delivery outran its dispatch_timeout of {spec.dispatch_timeout_ms} ms")
         if task.cancelled():
-            return self._failed(spec, row, TimeoutError("delivery was cancelled"))
+            return TimeoutError("delivery was cancelled")
         error = task.exception()
+        if error is not None:
+            if isinstance(error, Evicted):
+                raise error
+            if not isinstance(error, Exception):
+                # A foreign BaseException (GeneratorExit, a custom subclass): the subscriber's
+                # failure like any other.
+                return RuntimeError(f"the subscriber raised {type(error).__name__}")
+            return error
+        await self._fp.reached(DELIVERED)
+        return None
+
+    async def _deliver(
+        self, spec: SubscriberSpec, row: SubscriberRow, batch: Batch, now: int, until: int
+    ) -> bool:
+        """Deliver one batch; True when it was delivered and its cursor written. A required
+        subscriber's failure holds the Thread of the batch's first record."""
+        error = await self._call(spec, list(batch.records), now)
+        if error is None:
+            return self._commit(spec, row, batch.through, 1)
         if isinstance(error, DeliveryRefused):
             before = self._before_refused(batch, error.record_id)
-            if before is None:
-                return self._park(spec, row, error)
-            # The records before the one refused go alone first: it is then the one at the
-            # cursor, for an operator to skip exactly it. Without the time, the next wave
-            # reads the batch again.
-            again = self._clock.now_ms()
-            if again + spec.dispatch_timeout_ms > until:
-                return False
-            return await self._deliver(spec, row, before, again, until)
-        if error is not None:
-            if not isinstance(error, Exception):
-                raise error
-            return self._failed(spec, row, error)
-        await self._fp.reached(DELIVERED)
-        return self._commit(spec, row, batch.through, 1)
+            if before is not None:
+                # The records before the one refused go alone first: it is then the one at
+                # the cursor (or its Thread's hold), for an operator to skip exactly it.
+                # Without the time, the next wave reads the batch again.
+                again = self._clock.now_ms()
+                if again + spec.dispatch_timeout_ms > until:
+                    return False
+                return await self._deliver(spec, row, before, again, until)
+        if spec.required and self._hold(spec, list(batch.records), error):
+            return False
+        if isinstance(error, DeliveryRefused):
+            return self._park(spec, row, error)
+        return self._failed(spec, row, error)
+
+    # -- the cursor ------------------------------------------------------------------------
 
     def _before_refused(self, batch: Batch, record_id: str | None) -> Batch | None:
         """The records of ``batch`` before the one a refusal names (None: it named none, or
@@ -473,6 +514,8 @@ class Publication:
         self._store(replace(row, cursor=through, failures=0, retry_at=None, error_type=None,
                             error=None, failed_at=None, delivered=row.delivered + batches,
                             delivered_at=now))
+        if batches:
+            self._notify()
         return True
 
     def _failed(self, spec: SubscriberSpec, row: SubscriberRow, error: Exception) -> bool:
@@ -528,65 +571,6 @@ class Publication:
         self._read.pop(name, None)
         self._spent.discard(name)
 
-    def readout(self) -> list[dict[str, Any]]:
-        """What ``/maintenance`` shows of each declared subscriber (reads; writes nothing)."""
-        rows = read_rows(self._storage)
-        end = log_end(self._storage)
-        held = self.gated()
-        now = self._clock.now_ms()
-        out: list[dict[str, Any]] = []
-        for spec in sorted(self._specs, key=lambda item: item.name):
-            row = rows.get(spec.name) or SubscriberRow(spec.name, spec.version, 0, "active")
-            position = max(row.cursor, self._read.get(spec.name, 0))
-            if row.parked:
-                state = "parked"
-            elif row.retry_at is not None and row.retry_at > now:
-                state = "backing-off"
-            else:
-                state = "delivering" if position < end else "caught-up"
-            waiting = sorted(thread for thread, name in held.items() if name == spec.name)
-            submissions = [submission for thread in waiting
-                           for submission in self._open_work(thread)]
-            out.append({
-                "name": spec.name,
-                "kinds": None if spec.kinds is None else sorted(spec.kinds),
-                "required": spec.required, "version": spec.version, "batch": spec.batch,
-                "batch_bytes": spec.batch_bytes, "oversize": oversize_rule(spec),
-                "dispatch_timeout_ms": spec.dispatch_timeout_ms, "state": state,
-                "cursor": row.cursor, "log_end": end, "delivered": row.delivered,
-                "delivered_at": row.delivered_at, "failures": row.failures,
-                "retry_at": row.retry_at, "error_type": row.error_type, "error": row.error,
-                "detail": row.detail, "failed_at": row.failed_at,
-                "waiting_threads": waiting, "waiting_submissions": submissions,
-            })
-        return out
-
-    def report_parked(self) -> int:
-        """Log each parked subscriber not reported yet, once (a required one with the
-        Threads it holds); return how many."""
-        if not self.declared:
-            return 0
-        pending = [row for row in self.rows().values() if row.parked and not row.reported]
-        if not pending:
-            return 0
-        held = self.gated()
-        reported = 0
-        for row in pending:
-            taken = self._storage.transaction(partial(mark_reported, self._storage, row.name))
-            self._store(replace(row, reported=True))
-            if taken != 1:
-                continue
-            reported += 1
-            spec = self._specs.get(row.name)
-            waiting = sorted(thread for thread, name in held.items() if name == row.name)
-            gate = (f"; native work of {len(waiting)} thread(s) waits for it: "
-                    f"{', '.join(waiting[:10])}" if spec is not None and spec.required
-                    else "")
-            self._log(
-                f"threadline: subscriber {row.name!r} is parked: its destination refused a "
-                f"batch ({row.error}){gate}; bump its version to deliver again"
-            )
-        return reported
 
 
 __all__ = [

@@ -1,11 +1,11 @@
 """The durable side of subscriber delivery: the cursor rows and the log they point into.
 
 Each declared subscriber has one ``tl_subscribers`` row (:class:`SubscriberRow`): its cursor
-over ``tl_history``, its failures and its parking. This module holds every statement the pass
-makes on those rows and the reads of the space's log past a cursor (:func:`read_batch`, the
-required gate's lookups); the delivery itself is :mod:`threadline.maintenance.publication_lane`,
-and what an operator does to a row (resume, skip, restart) is
-:mod:`threadline.maintenance.subscriber_operations`.
+over ``tl_history``, its failures and its parking. This module holds every statement on those
+rows and the reads of the space's log past a cursor (:func:`read_batch`, the required gate's
+readout); the per-Thread gate is :mod:`threadline.maintenance.required_gate`, the delivery
+itself :mod:`threadline.maintenance.publication_lane`, and what an operator does to a row
+(resume, skip, restart) :mod:`threadline.maintenance.subscriber_operations`.
 """
 
 from __future__ import annotations
@@ -85,13 +85,8 @@ _PAGE = (
     " FROM tl_history WHERE pos > ? ORDER BY pos LIMIT ?))"
     " WHERE running <= ? OR n <= ? ORDER BY pos"
 )
-# Threads with records past a cursor: read (never written) by the required gate.
+# Threads with records past a cursor: read (never written) by the readout of the gate.
 _THREADS_PAST = "SELECT DISTINCT thread_id, kind FROM tl_history WHERE pos > ?"
-# Within a Thread pos grows with seq: its last seq is its newest position.
-_LAST_OF_THREAD = (
-    "SELECT pos FROM tl_history WHERE thread_id = ? ORDER BY seq DESC LIMIT 1"
-)
-_THREAD_PAST = "SELECT DISTINCT kind FROM tl_history WHERE thread_id = ? AND pos > ?"
 _POSITION_OF = "SELECT pos FROM tl_history WHERE thread_id = ? AND seq = ?"
 
 
@@ -130,11 +125,12 @@ def _row(row: Row) -> SubscriberRow:
 
 
 def subscribers_key(subscribers: Iterable[SubscriberSpec]) -> str:
-    """A stable digest of the declared subscribers' names, versions and starts: start-up
-    reads the cursor rows only when it differs from the last start's."""
-    parts = ["threadline-subscribers:v1"]
+    """A stable digest of the declared subscribers' names, versions, starts and whether each
+    is required: start-up reads the cursor rows only when it differs from the last start's
+    (one made optional releases what it held)."""
+    parts = ["threadline-subscribers:v2"]
     for spec in sorted(subscribers, key=lambda item: item.name):
-        parts.extend((spec.name, str(spec.version), spec.start))
+        parts.extend((spec.name, str(spec.version), spec.start, str(spec.required)))
     return digest(*parts)
 
 
@@ -263,18 +259,6 @@ def threads_past(storage: Storage, cursor: int) -> Iterator[tuple[str, str]]:
         yield str(item["thread_id"]), str(item["kind"])
 
 
-def last_position(storage: Storage, thread_id: str) -> int | None:
-    """The position of the newest record of ``thread_id`` (None: it has none)."""
-    last = storage.exec(_LAST_OF_THREAD, thread_id).first()
-    return None if last is None else int(last["pos"])
-
-
-def kinds_past(storage: Storage, thread_id: str, cursor: int) -> Iterator[str]:
-    """The distinct kinds of the records of ``thread_id`` past ``cursor``."""
-    for item in storage.exec(_THREAD_PAST, thread_id, cursor):
-        yield str(item["kind"])
-
-
 def position_of(storage: Storage, record: Record) -> int:
     """The position of ``record`` in the space's log (one primary-key seek)."""
     return int(storage.exec(_POSITION_OF, record.thread_id, record.seq).one()["pos"])
@@ -287,8 +271,6 @@ __all__ = [
     "SubscriberRow",
     "drop_row",
     "insert_row",
-    "kinds_past",
-    "last_position",
     "log_end",
     "mark_reported",
     "position_of",

@@ -14,6 +14,11 @@ in place (``/v1/spaces/{space}/subscribers/{name}/...`` and ``/lanes/{lane}/retr
   subscriber resumes.
 * **restart**: the cursor is set to a given position of the log (0 to its end), the parking
   and failures cleared: a replay from there, or a jump ahead.
+* **a required subscriber** fails per Thread (its holds,
+  :mod:`~threadline.maintenance.required_gate`): resume makes every hold due now, a skip names
+  the first record a hold owes (``record_id``; the hold's position, not the cursor, is then
+  the compare-and-set) and moves that hold past it, a restart drops the holds (their records
+  are the cursor's again, from the position).
 * **retry a lane**: a parked lane of the due queue (``threadline:messages``, a host lane, a
   schedule's) is due now with its retry budget refilled.
 
@@ -34,13 +39,25 @@ from typing import Any
 from threadline.clock import Clock
 from threadline.errors import Conflict, NotFound, ValidationFailed
 from threadline.maintenance.publication_lane import Publication
-from threadline.maintenance.subscriber_cursors import SubscriberRow, log_end, read_rows
+from threadline.maintenance.required_gate import (
+    Hold,
+    drop_holds,
+    first_owed,
+    resume_holds,
+    skip_in_hold,
+)
+from threadline.maintenance.subscriber_cursors import (
+    SubscriberRow,
+    log_end,
+    position_of,
+    read_rows,
+)
 from threadline.scheduling import NATIVE, PUBLICATION, DueQueue, LaneState
 from threadline.storage.port import Row, Storage
 from threadline.threads.history import append_history
 from threadline.threads.model import encode_json
 from threadline.threads.ports import MutationGate, commit_fact
-from threadline.threads.records import SUBSCRIBER_SKIPPED
+from threadline.threads.records import SUBSCRIBER_SKIPPED, Record
 
 _logger = logging.getLogger("threadline.maintenance")
 
@@ -59,6 +76,16 @@ _PAGE_PAST = (
 )
 #: Records read per page while looking for the first one a subscriber wants.
 _PAGE = 200
+
+
+def _skipped(
+    name: str, record_id: str, seq: int, kind: str, position: int, submission_id: Any
+) -> dict[str, Any]:
+    skipped: dict[str, Any] = {"subscriber": name, "record_id": record_id, "seq": seq,
+                               "kind": kind, "position": position}
+    if submission_id is not None:
+        skipped["submission_id"] = str(submission_id)
+    return skipped
 
 
 def _stopped(row: SubscriberRow) -> bool:
@@ -92,10 +119,12 @@ class SubscriberOperations:
         for one that is neither parked nor backing off (a repeated resume changes nothing).
         """
         row = self._row(name)
-        if not _stopped(row):
+        holds = self._publication.holds(name)
+        if not _stopped(row) and not holds:
             raise Conflict(f"subscriber {name!r} is not parked or backing off: nothing to"
                            " resume", field="subscriber")
-        self._commit(row, row.cursor)
+        self._commit(row, row.cursor, also=(lambda: resume_holds(self._storage, name))
+                     if holds else None)
         _logger.warning("threadline: subscriber %r resumed at position %d by %s", name,
                         row.cursor, subject or "an unnamed principal")
         return self.view(name)
@@ -113,12 +142,18 @@ class SubscriberOperations:
         or ``record_id`` names another record.
         """
         row = self._row(name)
+        held = self._held_at(name, record_id)
+        if held is not None:
+            return self._skip_held(row, held, subject=subject)
         if row.cursor != cursor:
             raise Conflict(f"subscriber {name!r} is at position {row.cursor}, not {cursor}:"
                            " nothing was skipped", field="cursor", current=row.cursor)
         if not _stopped(row):
+            holds = sorted(self._publication.holds(name))
+            hint = (f"; it is held on thread(s) {', '.join(holds[:10])}: name the record a"
+                    " hold owes (record_id)" if holds else "")
             raise Conflict(f"subscriber {name!r} is not parked or backing off: nothing to"
-                           " skip", field="subscriber")
+                           f" skip{hint}", field="subscriber")
         found = self._record_at(name, row.cursor)
         if found is None:
             raise Conflict(f"subscriber {name!r} has no record past position {row.cursor}",
@@ -128,22 +163,64 @@ class SubscriberOperations:
                            f" {found['record_id']!r}, not {record_id!r}", field="record_id",
                            at_cursor=str(found["record_id"]))
         position = int(found["pos"])
+        skipped = _skipped(name, str(found["record_id"]), int(found["seq"]), str(found["kind"]),
+                           position, found["submission_id"])
         thread_id = str(found["thread_id"])
-        skipped = {"subscriber": name, "record_id": str(found["record_id"]),
-                   "seq": int(found["seq"]), "kind": str(found["kind"]), "position": position}
-        if found["submission_id"] is not None:
-            skipped["submission_id"] = str(found["submission_id"])
+        self._commit(row, position, also=self._append_skip(thread_id, skipped, subject),
+                     thread=thread_id)
+        return self._skipped_view(name, thread_id, skipped, subject)
+
+    def _held_at(self, name: str, record_id: str | None) -> tuple[Hold, Record] | None:
+        """The hold of ``name`` whose first owed record is ``record_id``, with that record."""
+        spec = self._publication.spec(name)
+        if record_id is None or spec is None:
+            return None
+        for hold in self._publication.holds(name).values():
+            owed = first_owed(self._storage, hold, spec.kinds)
+            if owed is not None and owed.record_id == record_id:
+                return hold, owed
+        return None
+
+    def _skip_held(
+        self, row: SubscriberRow, held: tuple[Hold, Record], *, subject: str | None
+    ) -> dict[str, Any]:
+        """Skip the first record a hold owes: the hold moves past it (compare-and-set on where
+        it stood) and is tried again at once; the cursor stays."""
+        hold, record = held
+        position = position_of(self._storage, record)
+        skipped = _skipped(row.name, record.record_id, record.seq, record.kind, position,
+                           record.submission_id)
+        append = self._append_skip(record.thread_id, skipped, subject)
+
+        def also() -> None:
+            if skip_in_hold(self._storage, hold, record.seq) != 1:
+                raise Conflict(f"subscriber {row.name!r} moved on thread {hold.thread_id!r}"
+                               " while the request was answered: nothing was skipped",
+                               field="record_id")
+            append()
+
+        self._commit(row, row.cursor, also=also, thread=record.thread_id)
+        return self._skipped_view(row.name, record.thread_id, skipped, subject)
+
+    def _append_skip(
+        self, thread_id: str, skipped: dict[str, Any], subject: str | None
+    ) -> Callable[[], None]:
         body = dict(skipped) if subject is None else {**skipped, "skipped_by": subject}
 
         def append() -> None:
             end = log_end(self._storage)
             append_history(
-                self._storage, record_id=f"{name}:skipped:{skipped['record_id']}:{end}",
+                self._storage,
+                record_id=f"{skipped['subscriber']}:skipped:{skipped['record_id']}:{end}",
                 thread_id=thread_id, submission_id=None, kind=SUBSCRIBER_SKIPPED,
                 body_json=encode_json(body), now=self._clock.now_ms(),
             )
 
-        self._commit(row, position, also=append, thread=thread_id)
+        return append
+
+    def _skipped_view(
+        self, name: str, thread_id: str, skipped: dict[str, Any], subject: str | None
+    ) -> dict[str, Any]:
         _logger.warning("threadline: subscriber %r skipped record %s (thread %s, seq %d) by %s",
                         name, skipped["record_id"], thread_id, skipped["seq"],
                         subject or "an unnamed principal")
@@ -161,9 +238,13 @@ class SubscriberOperations:
         if not 0 <= position <= end:
             raise ValidationFailed(f"position must be from 0 to the log's end, {end}",
                                    field="position", log_end=end)
-        if position == row.cursor and not _stopped(row):
+        holds = self._publication.holds(name)
+        if position == row.cursor and not _stopped(row) and not holds:
             return self.view(name)
-        self._commit(row, position)
+        # A restart replays (or jumps) from ``position`` for every Thread: what the holds owed
+        # is the cursor's again.
+        self._commit(row, position, also=(lambda: drop_holds(self._storage, name))
+                     if holds else None)
         _logger.warning("threadline: subscriber %r restarted at position %d (from %d) by %s",
                         name, position, row.cursor, subject or "an unnamed principal")
         return self.view(name)
@@ -207,7 +288,7 @@ class SubscriberOperations:
         row: SubscriberRow,
         cursor: int,
         *,
-        also: Callable[[], None] | None = None,
+        also: Callable[[], object] | None = None,
         thread: str | None = None,
     ) -> None:
         """Move ``row``'s cursor to ``cursor`` (compare-and-set on the one read), clear its

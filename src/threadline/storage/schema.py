@@ -735,13 +735,39 @@ _MESSAGE_TARGETS = (
 # space and Thread caused it. Ids never hold a "/", so the two parts read back unambiguously.
 _MESSAGE_FROM = ("ALTER TABLE tl_submissions ADD COLUMN message_from TEXT",)
 
+# The required gate per Thread: tl_subscriber_holds, the Threads a subscriber failed on. A
+#   failed batch is charged to the
+#   Thread of its first record: that Thread's records from ``since_seq`` on are delivered on
+#   their own, at ``retry_at`` (or never, while it is parked), and the subscriber's cursor goes
+#   on past them over every other Thread. So a destination that keeps failing on one Thread's
+#   records holds that Thread alone. One row per held Thread, none written while deliveries
+#   succeed; its key is the lookup the gate makes, so it needs no other index. (No index is
+#   added to tl_history: whether a Thread has a wanted record past a subscriber's position is
+#   read from the end of its UNIQUE (thread_id, seq) range, a bounded walk.)
+_GATE_HOLDS = (
+    """CREATE TABLE tl_subscriber_holds (
+        name TEXT NOT NULL,
+        thread_id TEXT NOT NULL,
+        since_seq INTEGER NOT NULL CHECK (since_seq >= 1),
+        state TEXT NOT NULL CHECK (state IN ('backing-off', 'parked')),
+        failures INTEGER NOT NULL CHECK (failures >= 1),
+        retry_at INTEGER,
+        error_type TEXT,
+        error TEXT,
+        detail TEXT,
+        failed_at INTEGER NOT NULL,
+        reported INTEGER NOT NULL DEFAULT 0 CHECK (reported IN (0, 1)),
+        PRIMARY KEY (name, thread_id)
+    ) WITHOUT ROWID""",
+)
+
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
 MIGRATIONS: list[tuple[str, ...]] = [
     _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS, _LEAN_SUBMISSIONS,
     _LEAN_OUTBOX, _HELD_FOLLOWERS, _LOSSES, _SCHEDULES, _DELAYED, _LANES_KEY,
     _JOINED_TO, _MESSAGE_ROUTING, _SUBSCRIBERS, _SPACE_NAME, _ONE_LOG, _LEAN_HISTORY,
     _SUBJECTS, _WAIT_THREADS, _PARKED_SUBSCRIBERS, _REVOCATIONS, _MESSAGE_TARGETS,
-    _MESSAGE_FROM,
+    _MESSAGE_FROM, _GATE_HOLDS,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 
 from threadline.app import Application
 from threadline.maintenance import publication_lane
+from threadline.maintenance.required_gate import Hold, read_holds, wanted_past
+from threadline.maintenance.subscriber_cursors import SubscriberRow
 from threadline.scheduling import (
     DELAYED,
     MESSAGES,
@@ -26,6 +28,13 @@ from threadline.scheduling.state import MaintenanceState
 from threadline.storage import SqliteStorage
 from threadline.threads import delayed, message_rows
 
+#: The open submissions, for the owed native work: each Thread's head and its state.
+_OPEN_WORK = (
+    "SELECT id, thread_id, state, not_before, dormant FROM tl_submissions"
+    " WHERE settled_at IS NULL ORDER BY thread_id, seq"
+)
+_BINDING_WAIT = "SELECT 1 AS x FROM tl_binding_waits WHERE submission_id = ?"
+_FAULT = "SELECT 1 AS x FROM tl_recovery_faults WHERE thread_id = ?"
 #: What the alarm invariant checks of each schedule: its next fire and its pending one.
 _SCHEDULE_FIRES = "SELECT id, next_fire, pending_fire FROM tl_schedules ORDER BY id"
 
@@ -90,6 +99,8 @@ def alarm_invariant_problem(
         if lane is None or lane.due_at is None:
             return f"retention is on but lane {RETENTION!r} is idle"
     problem = _subscribers_late(storage, app, queue, state)
+    if problem is None:
+        problem = _native_work_late(storage, app, queue, state, now)
     if problem is not None:
         return problem
     for row in storage.exec(_SCHEDULE_FIRES):
@@ -119,14 +130,26 @@ def _subscribers_late(
         return None
     if state.processed < state.dirty:
         return None
+    holds = read_holds(storage)
     for name, stored in publication_lane.read_rows(storage).items():
         spec = app.subscribers.get(name)
         if spec is None or stored.parked:
             continue
-        kinds = {str(row["kind"]) for row in storage.exec(_KINDS_PAST, stored.cursor)}
-        if not any(spec.wants(kind) for kind in kinds):
-            continue
         lane = queue.get(PUBLICATION)
+        # A Thread it is held on owes its records through the hold: due at the hold's retry.
+        held = holds.get(name, {})
+        for hold in held.values():
+            if hold.parked:
+                continue
+            if lane is None or lane.due_at is None or (
+                    hold.retry_at is not None and lane.due_at > int(hold.retry_at)):
+                return (f"subscriber {name!r} retries thread {hold.thread_id!r} at "
+                        f"{hold.retry_at} but lane {PUBLICATION!r} is due at "
+                        f"{None if lane is None else lane.due_at}")
+        past = {(str(row["thread_id"]), str(row["kind"]))
+                for row in storage.exec(_KINDS_PAST, stored.cursor)}
+        if not any(spec.wants(kind) for thread, kind in past if thread not in held):
+            continue
         if lane is None or lane.due_at is None:
             return (f"subscriber {name!r} has records past its cursor but lane "
                     f"{PUBLICATION!r} is idle")
@@ -136,7 +159,60 @@ def _subscribers_late(
     return None
 
 
-_KINDS_PAST = "SELECT DISTINCT kind FROM tl_history WHERE pos > ?"
+_KINDS_PAST = "SELECT DISTINCT thread_id, kind FROM tl_history WHERE pos > ?"
+
+
+def _native_work_late(
+    storage: SqliteStorage, app: Application, queue: DueQueue, state: MaintenanceState,
+    now: int,
+) -> str | None:
+    """Why a Thread whose head can run now has no pass coming, or None. The head waits for
+    nothing (not held behind a suspension, not parked on an unregistered agent, not under a
+    recovery fault) but maybe a required subscriber: one parked (or parked on that Thread)
+    holds it with no alarm; anything else must leave the native lane due."""
+    if state.processed < state.dirty:
+        return None  # the generation check covers it
+    native = queue.get(NATIVE)
+    if native is not None and native.due_at is not None:
+        return None
+    rows = publication_lane.read_rows(storage)
+    holds = read_holds(storage)
+    heads: dict[str, tuple[str, str, object, int]] = {}
+    for row in storage.exec(_OPEN_WORK):
+        thread = str(row["thread_id"])
+        if thread not in heads and row["state"] not in ("unknown", "joined"):
+            heads[thread] = (str(row["id"]), str(row["state"]), row["not_before"],
+                             int(row["dormant"]))
+    for thread, (head, head_state, not_before, dormant) in heads.items():
+        if (head_state not in ("queued", "ready") or dormant
+                or (not_before is not None and int(str(not_before)) > now)
+                or storage.exec(_BINDING_WAIT, head).first() is not None
+                or storage.exec(_FAULT, thread).first() is not None
+                or _parked_gate(storage, app, thread, rows, holds)):
+            continue
+        return (f"thread {thread!r} owes native work (its head {head} is {head_state}) but "
+                f"lane {NATIVE!r} is idle")
+    return None
+
+
+def _parked_gate(
+    storage: SqliteStorage, app: Application, thread: str, rows: Mapping[str, SubscriberRow],
+    holds: Mapping[str, Mapping[str, Hold]],
+) -> bool:
+    """Whether a declared required subscriber that is parked (or parked on ``thread``) has
+    not consumed a record of ``thread`` it wants."""
+    for spec in app.subscribers:
+        row = rows.get(spec.name)
+        if not spec.required or row is None:
+            continue
+        hold = holds.get(spec.name, {}).get(thread)
+        if hold is not None:
+            if hold.parked:
+                return True
+            continue
+        if row.parked and wanted_past(storage, thread, row.cursor, spec.kinds):
+            return True
+    return False
 
 
 def _lane_late(

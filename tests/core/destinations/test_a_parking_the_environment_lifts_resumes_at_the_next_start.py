@@ -20,6 +20,7 @@ import threadline
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "maintenance"))
 from subscribers_support import clock, emit, log_end, row, writer_app
 
+from threadline.maintenance.required_gate import read_holds
 from threadline.testing import SimulatedObject
 
 URL = "https://crm.example.com/hooks/threadline"
@@ -92,12 +93,14 @@ async def _required_hold_released() -> None:
         first = emit(obj, "t", ("note", 1))
         second = emit(obj, "t", ("note", 2))
         await obj.run_alarms()
-        parked = row(obj, "crm")
-        assert parked is not None and parked.parked
+        # A required subscriber parks on the Thread it failed on, not as a whole.
+        [hold] = read_holds(obj.storage)["crm"].values()
+        assert hold.parked and hold.thread_id == "t"
         assert obj.submission(second).state.value == "queued"  # held by the gate
         env["CRM_SECRET"] = SECRET
         await obj.evict()
         await obj.run_alarms()
+        assert "crm" not in read_holds(obj.storage)
         assert obj.submission(first).state.value == "settled"
         assert obj.submission(second).state.value == "settled"
         assert _seqs(http.sent) == [1, 3]  # each submission's note (its settlement is seq 2)

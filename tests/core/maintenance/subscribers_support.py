@@ -9,6 +9,7 @@ from typing import Any
 from threadline import Application, Record, Turn
 from threadline.clock import ManualClock
 from threadline.config import RuntimeConfig
+from threadline.maintenance.required_gate import Hold, read_holds
 from threadline.maintenance.subscriber_cursors import SubscriberRow, read_rows
 from threadline.testing import SimulatedObject
 
@@ -83,6 +84,11 @@ def log_end(obj: SimulatedObject, *kinds: str) -> int:
 def row(obj: SimulatedObject, name: str) -> SubscriberRow | None:
     """The subscriber's row as committed."""
     return read_rows(obj.storage).get(name)
+
+
+def holds(obj: SimulatedObject, name: str) -> dict[str, Hold]:
+    """The Threads the subscriber is held on, as committed."""
+    return read_holds(obj.storage).get(name, {})
 
 
 async def maintenance_view(obj: SimulatedObject) -> dict[str, Any]:

@@ -408,3 +408,97 @@ async def _half() -> None:
 
 def test_a_skip_whose_log_record_cannot_be_written_changes_nothing() -> None:
     asyncio.run(_half())
+
+
+def _history(obj: SimulatedObject, thread: str) -> list[Any]:
+    """The Thread's records as committed, in log order."""
+    from types import SimpleNamespace
+
+    return [SimpleNamespace(record_id=item["record_id"], seq=item["seq"], kind=item["kind"],
+                            body=json.loads(item["body_json"]))
+            for item in obj.storage.exec(
+                "SELECT record_id, seq, kind, body_json FROM tl_history WHERE thread_id = ?"
+                " ORDER BY seq", thread)]
+
+
+def _poisoned_app(recorder: Recorder) -> Application:
+    """A required subscriber whose destination refuses, for good, any batch holding a record
+    whose body is "poison"."""
+    app = writer_app()
+    app.subscriber("crm", required=True)(recorder)
+    recorder.fail = lambda batch: (DeliveryRefused("crm refused", detail="HTTP 422")
+                                   if any(r.body == "poison" for r in batch) else None)
+    return app
+
+
+async def _skip_held() -> None:
+    from subscribers_support import holds, maintenance_view
+
+    recorder = Recorder()
+    async with SimulatedObject(_poisoned_app(recorder), clock=clock(), space="acme",
+                               check_alarm_invariant=True) as obj:
+        emit(obj, "a", ("note", "poison"))
+        emit(obj, "b", ("note", "fine"))
+        await obj.run_alarms()
+        held = emit(obj, "a", ("note", "after"))
+        await obj.run_alarms(until=obj.clock.now_ms() + 3_600_000)
+        assert obj.submission(held).state.value == "queued"
+        view = {item["name"]: item for item in (await maintenance_view(obj))["subscribers"]}
+        [shown] = view["crm"]["held_threads"]
+        assert (shown["thread"], shown["state"]) == ("a", "parked")
+        poison = next(r for r in _history(obj, "a") if r.body == "poison")
+        assert shown["record_id"] == poison.record_id
+        cursor = view["crm"]["cursor"]
+
+        status, answer = await _post(obj, "/subscribers/crm/skip",
+                                     {"cursor": cursor, "record_id": poison.record_id})
+        assert status == 200, answer
+        assert answer["skipped"]["thread_id"] == "a"
+        assert answer["skipped"]["record_id"] == poison.record_id
+        assert obj.alarm_at is not None  # committed with its alarm
+        before = _dump(obj)
+        status, again = await _post(obj, "/subscribers/crm/skip",
+                                    {"cursor": cursor, "record_id": poison.record_id})
+        assert status == 409, again
+        assert _dump(obj) == before  # a repeated skip changes nothing
+        await obj.run_alarms()
+
+        assert obj.submission(held).state.value == "settled"
+        assert holds(obj, "crm") == {}
+        delivered = [r.record_id for r in recorder.records]
+        assert poison.record_id not in delivered
+        # Every other record of a, in order, the skip's own record among them; b's untouched.
+        a_rest = [r.record_id for r in _history(obj, "a") if r.record_id != poison.record_id]
+        assert [i for i in delivered if i in a_rest] == a_rest
+        skip_records = [r for r in _history(obj, "a") if r.kind == SUBSCRIBER_SKIPPED]
+        assert [r.body["skipped_by"] for r in skip_records] == [OPERATOR]
+        assert recorder.per_thread()["b"] == [r.seq for r in _history(obj, "b")]
+
+
+def test_a_skip_moves_a_required_subscriber_past_the_record_it_is_parked_on_in_one_thread() -> None:
+    asyncio.run(_skip_held())
+
+
+async def _restart_held() -> None:
+    from subscribers_support import holds
+
+    recorder = Recorder()
+    async with SimulatedObject(_poisoned_app(recorder), clock=clock(), space="acme",
+                               check_alarm_invariant=True) as obj:
+        emit(obj, "a", ("note", "poison"))
+        await obj.run_alarms()
+        held = emit(obj, "a", ("note", "after"))
+        await obj.run_alarms(until=obj.clock.now_ms() + 3_600_000)
+        assert list(holds(obj, "crm")) == ["a"]
+        end = log_end(obj)
+        status, answer = await _post(obj, "/subscribers/crm/restart", {"position": end})
+        assert status == 200, answer
+        # A jump to the log's end: the hold's records are the cursor's, and behind it.
+        assert holds(obj, "crm") == {} and answer["held_threads"] == []
+        await obj.run_alarms()
+        assert obj.submission(held).state.value == "settled"
+        assert "poison" not in [r.body for r in recorder.records]
+
+
+def test_restarting_a_required_subscriber_drops_its_holds_and_lets_held_work_run() -> None:
+    asyncio.run(_restart_held())

@@ -43,7 +43,8 @@ async def _park(caplog: pytest.LogCaptureFixture) -> None:
         assert len(calls) == 1
         assert _parked(caplog) == [
             "threadline: subscriber 'crm' is parked: its destination refused a batch "
-            "(crm refused the batch); bump its version to deliver again"]
+            "(crm refused the batch); resume, skip or restart it (the operator's subscriber "
+            "routes), or bump its version"]
         view = {item["name"]: item for item in (await maintenance_view(obj))["subscribers"]}
         assert view["crm"]["state"] == "parked"
         assert view["crm"]["detail"] == "HTTP 400: unknown field"

@@ -1,6 +1,6 @@
 """The "Subscribers" example of README.md runs as written: the callable subscriber gets the
 contact records of every Thread, the required one consumes them before each Thread's next
-submission runs, and a record it refuses parks it."""
+submission runs, and a record it refuses parks it on that record's Thread alone."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from subscribers_support import clock, log_end, row
+from subscribers_support import clock, holds, log_end, row
 
 from threadline.testing import SimulatedObject
 from threadline.threads.model import SubmissionState
@@ -42,14 +42,19 @@ async def _run(namespace: dict[str, Any]) -> None:
         assert audit is not None and audit.cursor == log_end(obj) == 4 and not audit.parked
         assert [r["kind"] for r in obj.storage.exec("SELECT kind FROM tl_history")].count(
             "submission.settled") == 2
-        # A record the audit destination refuses parks it; t3's next submission waits.
+        # A record the audit destination refuses parks it on t3; t3's next submission
+        # waits, t4's goes on.
         obj.admit("t3", "support", None)
         held = obj.admit("t3", "support", "c@example.com")
         await obj.run_alarms()
-        audit = row(obj, "audit")
-        assert audit is not None and audit.parked and audit.detail is not None
+        parked = holds(obj, "audit")["t3"]
+        assert parked.parked and parked.detail is not None
         assert obj.submission(held.id).state is SubmissionState.QUEUED
         assert len(namespace["synced"]) == 3
+        free = [obj.admit("t4", "support", "d@example.com") for _ in range(2)]
+        await obj.run_alarms()
+        assert {obj.submission(s.id).state for s in free} == {SubmissionState.SETTLED}
+        assert obj.submission(held.id).state is SubmissionState.QUEUED
 
 
 def test_the_readme_subscribers_example_runs_as_written() -> None:

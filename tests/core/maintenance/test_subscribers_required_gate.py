@@ -1,7 +1,7 @@
 """A required subscriber gates native work: a Thread's next head runs only once every required
-subscriber has consumed that Thread's committed records. One that is parked (or backing off)
-holds only the Threads with records it has not consumed, and that is reported once and shown
-in ``/maintenance`` with the work that waits."""
+subscriber has consumed that Thread's committed records. One whose destination refuses (or
+fails) a Thread's records is parked (or backs off) on that Thread alone, and that is reported
+once and shown in ``/maintenance`` with the work that waits."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import logging
 from typing import Any
 
 import pytest
-from subscribers_support import CONFIG, clock, maintenance_view, row
+from subscribers_support import CONFIG, clock, holds, maintenance_view, row
 
 from threadline import Application, DeliveryRefused, Record, Turn
 from threadline.testing import SimulatedObject
@@ -68,7 +68,9 @@ async def _parked_blocks_only_what_must_wait(caplog: pytest.LogCaptureFixture) -
         _submit(obj, "b", "b1")
         await obj.run_alarms()
         stored = row(obj, "audit")
-        assert stored is not None and stored.parked
+        assert stored is not None and not stored.parked
+        assert [(hold.thread_id, hold.parked) for hold in holds(obj, "audit").values()] == [
+            ("a", True)]
         held = _submit(obj, "a", "a2", ("note", 2))
         free = _submit(obj, "b", "b2")
         await obj.run_alarms()
@@ -79,12 +81,14 @@ async def _parked_blocks_only_what_must_wait(caplog: pytest.LogCaptureFixture) -
         assert [name for kind, name in events if kind == "ran"] == ["a1", "b1", "b2"]
         lines = [r.getMessage() for r in caplog.records if "is parked" in r.getMessage()]
         assert lines == [
-            "threadline: subscriber 'audit' is parked: its destination refused a batch (audit "
-            "store refused); native work of 1 thread(s) waits for it: a; bump its version to "
-            "deliver again"]
+            "threadline: subscriber 'audit' is parked on thread 'a': its destination refused a "
+            "batch (audit store refused); native work of that thread waits for it, the other "
+            "threads' records go on; resume, skip or restart it (the operator's subscriber "
+            "routes), or bump its version"]
         view = {item["name"]: item for item in (await maintenance_view(obj))["subscribers"]}
         assert view["audit"]["state"] == "parked" and view["audit"]["required"] is True
-        assert view["audit"]["detail"] == "HTTP 422"
+        assert [(item["thread"], item["state"], item["detail"])
+                for item in view["audit"]["held_threads"]] == [("a", "parked", "HTTP 422")]
         assert view["audit"]["waiting_threads"] == ["a"]
         assert view["audit"]["waiting_submissions"] == [held]
         # A deploy that bumps its version delivers a's records, then a's work goes on.
@@ -92,6 +96,7 @@ async def _parked_blocks_only_what_must_wait(caplog: pytest.LogCaptureFixture) -
         await obj.redeploy(_app(events, refuse=False, version=2))
         await obj.run_alarms()
         assert obj.submission(held).state is SubmissionState.SETTLED
+        assert holds(obj, "audit") == {}
         # a2's record follows a1's settlement record: seq 3.
         assert events[since:] == [("audited", ("a", 1)), ("ran", "a2"), ("audited", ("a", 3))]
         assert obj.alarm_at is None
