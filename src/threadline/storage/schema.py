@@ -761,13 +761,21 @@ _GATE_HOLDS = (
     ) WITHOUT ROWID""",
 )
 
+# A submission an agent makes (``turn.submit``) carries the hop count of the submission that
+# made it, so a chain of messages cannot start over by passing through one; a delayed one keeps
+# it until it falls due.
+_SUBMIT_HOPS = (
+    "ALTER TABLE tl_delayed ADD COLUMN message_hops INTEGER NOT NULL DEFAULT 0"
+    " CHECK (message_hops >= 0)",
+)
+
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
 MIGRATIONS: list[tuple[str, ...]] = [
     _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS, _LEAN_SUBMISSIONS,
     _LEAN_OUTBOX, _HELD_FOLLOWERS, _LOSSES, _SCHEDULES, _DELAYED, _LANES_KEY,
     _JOINED_TO, _MESSAGE_ROUTING, _SUBSCRIBERS, _SPACE_NAME, _ONE_LOG, _LEAN_HISTORY,
     _SUBJECTS, _WAIT_THREADS, _PARKED_SUBSCRIBERS, _REVOCATIONS, _MESSAGE_TARGETS,
-    _MESSAGE_FROM, _GATE_HOLDS,
+    _MESSAGE_FROM, _GATE_HOLDS, _SUBMIT_HOPS,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -23,11 +23,11 @@ from threadline.threads.model import MAX_SLEEP_SECONDS, ScheduledSubmission, dec
 
 _SELECT = (
     "SELECT seq, id, thread_id, agent, idempotency_key, input_json, input_digest, due_at,"
-    " created_at, submitted_by FROM tl_delayed "
+    " created_at, submitted_by, message_hops FROM tl_delayed "
 )
 _INSERT = (
     "INSERT INTO tl_delayed (id, thread_id, agent, idempotency_key, input_json, input_digest,"
-    " due_at, created_at, submitted_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " due_at, created_at, submitted_by, message_hops) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _BY_ID = _SELECT + "WHERE id = ?"
 _BY_KEY = _SELECT + "WHERE thread_id = ? AND idempotency_key = ?"
@@ -40,11 +40,11 @@ _BY_KEY = _SELECT + "WHERE thread_id = ? AND idempotency_key = ?"
 _FIRST_TWO = _SELECT + "INDEXED BY tl_delayed_due ORDER BY due_at, seq LIMIT 2"
 _DUE_THEN_NEXT = (
     "SELECT * FROM (SELECT seq, id, thread_id, agent, idempotency_key, input_json,"
-    " input_digest, due_at, created_at, submitted_by FROM tl_delayed"
+    " input_digest, due_at, created_at, submitted_by, message_hops FROM tl_delayed"
     " INDEXED BY tl_delayed_due"
     " WHERE due_at <= ? ORDER BY due_at, seq LIMIT ?)"
     " UNION ALL SELECT * FROM (SELECT seq, id, thread_id, agent, idempotency_key, input_json,"
-    " input_digest, due_at, created_at, submitted_by FROM tl_delayed"
+    " input_digest, due_at, created_at, submitted_by, message_hops FROM tl_delayed"
     " INDEXED BY tl_delayed_due"
     " WHERE due_at > ? ORDER BY due_at, seq LIMIT 1)"
 )
@@ -75,6 +75,8 @@ class Delayed:
     created_at: int
     #: The subject of the principal that submitted it (None: unknown, or no principal).
     submitted_by: str | None = None
+    #: The hop count of the message chain the agent that submitted it was in (0: none).
+    message_hops: int = 0
 
     @property
     def submission(self) -> ScheduledSubmission:
@@ -93,7 +95,7 @@ def _delayed(row: Row) -> Delayed:
         agent=str(row["agent"]), idempotency_key=row["idempotency_key"],
         input_json=str(row["input_json"]), input_digest=str(row["input_digest"]),
         due_at=int(row["due_at"]), created_at=int(row["created_at"]),
-        submitted_by=row["submitted_by"],
+        submitted_by=row["submitted_by"], message_hops=int(row["message_hops"]),
     )
 
 
@@ -145,10 +147,13 @@ def insert(
     due_at: int,
     now: int,
     submitted_by: str | None = None,
+    message_hops: int = 0,
 ) -> ScheduledSubmission:
-    """Write a delayed submission; the caller enrolls its due time in the same transaction."""
+    """Write a delayed submission; the caller enrolls its due time in the same transaction.
+    ``message_hops`` is the hop count it carries into its Thread's FIFO (see
+    :func:`~threadline.threads.ledger.enqueue`)."""
     storage.exec(_INSERT, submission_id, thread_id, agent, idempotency_key, input_json,
-                 input_digest, due_at, now, submitted_by)
+                 input_digest, due_at, now, submitted_by, message_hops)
     return ScheduledSubmission(
         id=submission_id, thread_id=thread_id, agent=agent, idempotency_key=idempotency_key,
         input=decode_json(input_json), not_before=due_at, created_at=now,

@@ -392,7 +392,8 @@ def enqueue(
 
     Inside the caller's gate transaction, which records the admission (new native work).
     ``submitted_by`` is the subject of the principal that submitted it, if one did;
-    ``message_hops`` the hop count of the message it is admitted from (0: none) and
+    ``message_hops`` the hop count of the message it is admitted from, or of the submission
+    whose agent submitted it (0: none), and
     ``message_from`` where that message was sent from (``<space>/<thread>``). With
     ``returning`` the submission comes back as written (one row read more), else None.
     """
@@ -417,7 +418,8 @@ def admit_delayed(storage: Storage, row: delayed.Delayed, now: int) -> bool:
     enqueue(storage, submission_id=row.id, thread_id=row.thread_id, agent=row.agent,
             idempotency_key=row.idempotency_key, input_json=row.input_json,
             input_digest=row.input_digest, now=now, not_before=row.due_at,
-            created_at=row.created_at, submitted_by=row.submitted_by)
+            created_at=row.created_at, submitted_by=row.submitted_by,
+            message_hops=row.message_hops)
     return True
 
 

@@ -205,7 +205,8 @@ class Turn(TurnBase):
         the call's position, ``<submission id>:submit``, ``<submission id>:submit.2``...): a
         key the Thread already holds with the same agent and input answers with that
         submission's id, one held with other input is refused. A refusal raises
-        ``ValidationFailed``, which fails the Attempt for good.
+        ``ValidationFailed``, which fails the Attempt for good. The new submission carries this
+        one's message hop count: a chain of messages that passes through it counts on.
         """
         name = self._key("submit")
         position = self._next_position()
@@ -235,6 +236,8 @@ class Turn(TurnBase):
         made = "sub_" + digest(self.submission_id, name)[:32]
         later = due_at is not None and due_at > now
         submitted: list[str] = []
+        # A chain of messages goes on through what its agents submit: the count is carried.
+        hops = self._claim.submission.message_hops
 
         def write() -> None:
             try:
@@ -247,13 +250,15 @@ class Turn(TurnBase):
                 assert due_at is not None
                 delayed.insert(self._storage, submission_id=made, thread_id=thread,
                                agent=chosen, idempotency_key=key, input_json=input_json,
-                               input_digest=input_digest, due_at=due_at, now=now)
+                               input_digest=input_digest, due_at=due_at, now=now,
+                               message_hops=hops)
                 self._gate.schedule_fact(DELAYED, due_at)
                 submitted.append(made)
             else:
                 ledger.enqueue(self._storage, submission_id=made, thread_id=thread,
                                agent=chosen, idempotency_key=key, input_json=input_json,
-                               input_digest=input_digest, now=now, not_before=due_at)
+                               input_digest=input_digest, now=now, not_before=due_at,
+                               message_hops=hops)
                 self._gate.record_admission([thread])
                 submitted.append(made)
             self._journal(name, position, StepEffect.IDEMPOTENT, StepState.FINISHED,

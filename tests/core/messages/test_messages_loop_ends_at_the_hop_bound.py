@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -126,3 +127,50 @@ def test_the_hop_bound_is_configurable_and_validated() -> None:
     for bad in (0, -1, 1_001, "many", 2.5):
         with pytest.raises(ValidationError, match="max_message_hops"):
             RuntimeConfig(max_message_hops=bad)  # type: ignore[arg-type]
+
+
+def _relay_app(config: RuntimeConfig, *, delay: bool) -> Application:
+    """``relay`` hands its input to another Thread of its space with ``turn.submit`` (at once,
+    or a second later), whose ``bounce`` messages it back: a loop through a submission."""
+    app = build_app(config)
+
+    @app.agent("relay")
+    async def relay(turn: Turn) -> Any:
+        route = turn.input
+        assert isinstance(route, dict)
+        later = timedelta(seconds=1) if delay else None
+        return await turn.submit("hop", {"next": route["then"], "then": route["next"]},
+                                 agent="bounce_to_relay", not_before=later)
+
+    @app.agent("bounce_to_relay")
+    async def bounce_to_relay(turn: Turn) -> Any:
+        route = turn.input
+        assert isinstance(route, dict)
+        back = {"next": route["then"], "then": route["next"]}
+        return await turn.send(route["next"], "ping", back, agent="relay")
+
+    return app
+
+
+@pytest.mark.parametrize("delay", [False, True], ids=["at-once", "delayed"])
+def test_a_loop_that_passes_through_turn_submit_still_ends_at_the_hop_bound(
+    delay: bool,
+) -> None:
+    async def go() -> None:
+        app = _relay_app(RuntimeConfig(max_message_hops=BOUND), delay=delay)
+        async with SimulatedDeployment(app, clock=ManualClock(START), spaces=("a", "b"),
+                                       check_alarm_invariant=True) as world:
+            a = world.space("a")
+            a.admit("ping", "relay", {"next": "b", "then": "a"})
+            await world.run_alarms(max_passes=400)
+            hops = sorted(s.message_hops for obj in world.objects.values()
+                          for s in obj.submissions("hop"))
+            # Each submission the relay makes counts on from the message it came from, up to
+            # the bound: the message past it fails instead of starting the loop over.
+            assert hops == list(range(BOUND + 1))
+            failed = [m for obj in world.objects.values() for s in obj.submissions("hop")
+                      for m in sent(obj, s.id) if m.state == "failed"]
+            assert len(failed) == 1 and failed[0].hops == BOUND + 1
+            assert all(obj.alarm_at is None for obj in world.objects.values())
+
+    asyncio.run(go())
