@@ -64,3 +64,15 @@ def test_a_space_admits_messages_only_from_the_spaces_it_lists() -> None:
 def test_message_senders_must_be_space_ids(senders: tuple[str, ...]) -> None:
     with pytest.raises(ValueError, match="message_senders"):
         RuntimeConfig(message_senders=senders)
+
+
+def test_a_message_into_its_own_space_names_its_sending_thread_too() -> None:
+    async def go() -> None:
+        async with SimulatedDeployment(build_app(), clock=ManualClock(START),
+                                       spaces=["a"]) as world:
+            world.space("a").admit("chat-7", "forward", forward("a", "inbox"))
+            await world.run_alarms()
+            (received,) = world.space("a").submissions("inbox")
+            assert received.message_from == "a/chat-7"
+
+    asyncio.run(go())
