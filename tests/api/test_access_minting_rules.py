@@ -97,3 +97,12 @@ def test_the_operators_children_each_have_their_own_stream_share(worker: Worker)
     first, second = (_mint_over_http(worker, API_TOKEN)["token"] for _ in range(2))
     keys = {_stream_key(worker, first), _stream_key(worker, second)}
     assert len(keys) == 2 and "" not in keys and None not in keys
+
+
+def test_a_principal_mints_up_to_its_last_second_and_not_at_it(worker: Worker) -> None:
+    parent = worker.mint(capabilities=("admin", "read"), ttl=timedelta(seconds=60))
+    worker.api.clock.advance(59_000)  # one second left
+    child = _mint_over_http(worker, parent, ttl_seconds=3600)
+    assert _expires_at(worker, child["token"]) == _expires_at(worker, parent)
+    worker.api.clock.advance(1_000)  # none left
+    problem_of(worker.call("POST", "/v1/tokens", {"space": "acme"}, token=parent), 403)

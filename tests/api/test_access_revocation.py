@@ -193,3 +193,42 @@ def test_a_lineage_is_bounded(worker: Worker) -> None:
         token = _minted(worker, token, capabilities=["admin", "read"])
     problem = problem_of(worker.call("POST", "/v1/tokens", {"space": "acme"}, token=token), 403)
     assert "mints no more" in problem["detail"]
+
+
+def test_revocations_and_who_made_them_are_read_back_after_a_restart(api: Api) -> None:
+    worker = Worker(api)
+    first, second = worker.mint(), worker.mint()
+    ops = worker.mint(capabilities=("admin",), subject="ops:carol")
+    for token, reason in ((first, "one"), (second, "two")):
+        answer = worker.call("POST", REVOCATIONS, {"token_id": _id_of(worker, token),
+                                                    "reason": reason}, token=ops)
+        assert answer.status == 201, answer.body
+    worker.api.build()  # what is listed and refused now is what storage kept
+    for token in (first, second):
+        problem_of(worker.call("GET", T1, token=token), 401)
+    listed = worker.call("GET", REVOCATIONS, token=ops).json()["revocations"]
+    assert [(r["revoked_by"], r["reason"]) for r in listed] == [
+        ("ops:carol", "one"), ("ops:carol", "two")]
+
+
+def test_a_later_revocation_with_an_earlier_cut_does_not_narrow_the_first(
+    worker: Worker
+) -> None:
+    worker.api.clock.advance(10_000)
+    early = worker.mint(subject="user:alice")
+    worker.api.clock.advance(10_000)
+    _revoke(worker, subject="user:alice")  # everything of hers issued until now
+    _revoke(worker, subject="user:alice", issued_before=worker.api.clock.now_ms() - 15_000)
+    problem_of(worker.call("GET", T1, token=early), 401)
+
+
+def test_a_subject_revocation_may_reach_back_to_just_inside_the_token_lifetime(
+    worker: Worker
+) -> None:
+    now = worker.api.clock.now_ms()
+    worker.api.clock.advance(KEEP_MS)
+    now = worker.api.clock.now_ms()
+    problem_of(worker.call("POST", REVOCATIONS, {"subject": "user:a",
+                                                 "issued_before": now - KEEP_MS},
+                           token=API_TOKEN), 422)
+    _revoke(worker, subject="user:a", issued_before=now - KEEP_MS + 1)
