@@ -17,7 +17,7 @@ that way, so user code's task runs :func:`contained`, which carries one out as
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from threadline.clock import Clock
@@ -33,11 +33,15 @@ class ExitRaised(Exception):
         self.raised = raised
 
 
-async def contained(work: Awaitable[T]) -> T:
-    """Await ``work``, carrying a ``SystemExit`` or ``KeyboardInterrupt`` out as
-    :class:`ExitRaised` (run it as the task's coroutine: see the module docstring)."""
+async def contained(work: Callable[[], Awaitable[T]]) -> T:
+    """Await what ``work`` makes, carrying a ``SystemExit`` or ``KeyboardInterrupt`` out as
+    :class:`ExitRaised` (run it as the task's coroutine: see the module docstring).
+
+    ``work`` is called only once the task starts, so a task cancelled before its first step
+    leaves no user coroutine behind that was made and never awaited.
+    """
     try:
-        return await work
+        return await work()
     except (SystemExit, KeyboardInterrupt) as exc:
         raise ExitRaised(exc) from exc
 

@@ -10,7 +10,7 @@ that and abandons it when it ignores the cancellation for ``cancel_grace_ms``. T
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
@@ -172,14 +172,14 @@ _PROPAGATES = (Evicted,)
 
 
 async def bounded(
-    work: Awaitable[int | None],
+    work: Callable[[], Awaitable[int | None]],
     deadline: int,
     *,
     clock: Clock,
     abandoned: Abandoned,
     config: RuntimeConfig,
 ) -> int | None:
-    """Await ``work`` until ``deadline`` on the clock; past it, cancel it and raise
+    """Await what ``work`` makes until ``deadline`` on the clock; past it, cancel it and raise
     :class:`WaveTimedOut` (:class:`WaveAbandoned` when it ignored the cancellation for the
     grace)."""
     task = asyncio.ensure_future(contained(work))

@@ -55,6 +55,7 @@ import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import partial
 
 from threadline.abandonment import Abandoned
 from threadline.clock import Clock
@@ -317,7 +318,7 @@ class LaneRunner:
                     claimed=claimed)
         try:
             with running(wave):
-                next_due = await bounded(spec.handler(now, deadline), deadline,
+                next_due = await bounded(partial(spec.handler, now, deadline), deadline,
                                          clock=self._clock, abandoned=self._abandoned,
                                          config=self._config)
         except WaveAbandoned:

@@ -63,6 +63,7 @@ import random
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from threadline.abandonment import Abandoned, contained
@@ -432,7 +433,7 @@ class Publication(PublicationReport):
         ctx = DeliveryContext(space=self.space, subscriber=spec.name, env=self.env,
                               http=self.http, now_ms=now)
         await self._fp.reached(DELIVERING)
-        task = asyncio.ensure_future(contained(spec.deliver(records, ctx)))
+        task = asyncio.ensure_future(contained(partial(spec.deliver, records, ctx)))
         timer = asyncio.ensure_future(self._clock.sleep_until(now + spec.dispatch_timeout_ms))
         try:
             await asyncio.wait((task, timer), return_when=asyncio.FIRST_COMPLETED)

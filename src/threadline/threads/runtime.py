@@ -48,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable, Set
+from functools import partial
 from typing import Any, TypeVar
 
 from threadline.abandonment import Abandoned, ExitRaised, contained
@@ -258,7 +259,7 @@ class ThreadRuntime:
                     deadline=deadline, host_lanes=self.host_lanes, agents=self.registry,
                     join_followups=binding.join_followups, aborts=self.aborts)
         try:
-            value = await self._bounded(binding.fn(turn), deadline, turn)
+            value = await self._bounded(partial(binding.fn, turn), deadline, turn)
         except LeaseLost:
             return None
         except PROPAGATES as exc:
@@ -281,7 +282,7 @@ class ThreadRuntime:
             return await self._ended(claim, NonRetryable(exc.message))
         return await self._settle(claim, Outcome.COMPLETED, result_json=result_json)
 
-    async def _bounded(self, work: Awaitable[Any], deadline: int, turn: Turn) -> Any:
+    async def _bounded(self, work: Callable[[], Awaitable[Any]], deadline: int, turn: Turn) -> Any:
         """Await the agent, cancelling it once the clock reaches ``deadline``.
 
         The bound is read from the injected clock, so it holds on the platform's timers and
