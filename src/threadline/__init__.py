@@ -11,6 +11,7 @@ from threadline.clock import Clock, ManualClock, SystemClock
 from threadline.config import RuntimeConfig
 from threadline.delivery.subscribers import DeliveryContext, SubscriberSpec
 from threadline.delivery.webhooks import verify_signature
+from threadline.environment import Environment
 from threadline.errors import (
     AgentError,
     ApiError,
@@ -59,6 +60,7 @@ __all__ = [
     "CronSchedule",
     "DeliveryContext",
     "DeliveryRefused",
+    "Environment",
     "ErrorCode",
     "EverySchedule",
     "Evicted",

@@ -17,6 +17,7 @@ from threadline.api.routes import route, route_space
 from threadline.app import Application
 from threadline.clock import Clock, SystemClock
 from threadline.delivery.outbound import HttpPort
+from threadline.environment import Environment
 from threadline.errors import SchedulingError
 from threadline.ids import IdSource, RandomIds
 from threadline.maintenance import LaneRunner, Maintenance, MaintenanceParts, PassReport
@@ -108,9 +109,12 @@ class Space:
             storage, self.clock, config, self.rng, failpoints
         )
         gate = self.scheduler.gate
+        #: The Worker's environment as agents, lanes and schedules read it.
+        self.env = Environment(env)
         self.runtime = ThreadRuntime(
             storage, app.agents, gate=gate, failpoints=self.scheduler.failpoints, config=config,
             clock=self.clock, rng=self.rng, ids=self.ids, host_lanes=app.lanes.ids,
+            env=self.env,
         )
         self.faults = RecoveryFaults(storage, gate, self.clock)
         self.recovery_events = RecoveryEvents(storage, self.clock, app.recovery_event_hook)
@@ -134,12 +138,13 @@ class Space:
         self.lanes.register(RETENTION, self.retention.run_lane,
                             dispatch_timeout_ms=RETENTION_DISPATCH_TIMEOUT_MS)
         for lane in app.lanes:
-            self.lanes.register(lane.id, handler_for(lane, storage),
+            self.lanes.register(lane.id, handler_for(lane, storage, self.env),
                                 dispatch_timeout_ms=lane.dispatch_timeout_ms, phase=lane.phase)
         self.schedules = ScheduleRunner(
             storage, app.schedules, due_queue=self.scheduler.due_queue,
             alarm=self.scheduler.alarm, clock=self.clock, ledger=self.runtime.ledger,
             agents=app.agents, failpoints=self.scheduler.failpoints, host_lanes=app.lanes.ids,
+            env=self.env,
         )
         for declared in app.schedules:
             # Each schedule runs as the concurrent host lane of its own id.

@@ -18,7 +18,8 @@ PUBLIC: dict[str, list[str]] = {
     "threadline": [
         "AccessRequest", "AgentError", "ApiError", "Application", "ApprovalDecision",
         "BindingUnavailable", "Capability", "Clock", "Conflict", "CronSchedule",
-        "DeliveryContext", "DeliveryRefused", "ErrorCode", "EverySchedule", "Evicted", "Fault",
+        "DeliveryContext", "DeliveryRefused", "Environment", "ErrorCode", "EverySchedule",
+        "Evicted", "Fault",
         "Followup", "Forbidden", "IdSource", "InvalidSchedule", "LaneContext", "LanePhase",
         "ManualClock", "NonRetryable", "NotFound", "PassReport", "PayloadTooLarge", "Principal",
         "RandomIds", "Record", "RecoveryEvent", "RetryPolicy", "RetryableAgentError",

@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 
 from threadline.clock import from_epoch_ms, to_epoch_ms
+from threadline.environment import Environment
 from threadline.errors import SchedulingError
 from threadline.maintenance.lane_wave import Wave, current_wave
 from threadline.maintenance.lanes import (
@@ -55,11 +56,14 @@ class LaneContext:
     the runtime that the wave moved its work forward.
     """
 
-    __slots__ = ("_storage", "_wave", "deadline", "lane_id", "now")
+    __slots__ = ("_storage", "_wave", "deadline", "env", "lane_id", "now")
 
     def __init__(
-        self, lane_id: str, now: datetime, deadline: datetime, *, storage: Storage, wave: Wave
+        self, lane_id: str, now: datetime, deadline: datetime, *, storage: Storage, wave: Wave,
+        env: Environment | None = None,
     ) -> None:
+        #: The Worker's environment, read-only (:class:`threadline.Environment`).
+        self.env = env if env is not None else Environment()
         #: The lane this wave serves.
         self.lane_id = lane_id
         #: When the wave started (aware, UTC).
@@ -241,7 +245,9 @@ def wake_arguments(
     return lane_id, at, checked
 
 
-def handler_for(lane: HostLane, storage: Storage) -> LaneHandler:
+def handler_for(
+    lane: HostLane, storage: Storage, env: Environment | None = None
+) -> LaneHandler:
     """The lane runner's handler for ``lane``: builds its context, converts its deadline.
 
     A returned value that is neither None nor an aware datetime fails the wave with a
@@ -253,7 +259,7 @@ def handler_for(lane: HostLane, storage: Storage) -> LaneHandler:
         if wave is None:
             raise SchedulingError(f"host lane {lane.id!r} runs only inside its wave")
         ctx = LaneContext(lane.id, from_epoch_ms(now), from_epoch_ms(deadline),
-                          storage=storage, wave=wave)
+                          storage=storage, wave=wave, env=env)
         result = lane.fn(ctx)
         if inspect.isawaitable(result):
             result = await result

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, tzinfo
 
 from threadline.clock import from_epoch_ms
+from threadline.environment import Environment
 from threadline.errors import SchedulingError
 from threadline.maintenance.lane_wave import Wave
 from threadline.schedules import CronSchedule, Schedule, fire_key
@@ -35,7 +36,7 @@ class ScheduleContext:
     clock).
     """
 
-    __slots__ = ("_agents", "_ledger", "_storage", "_submitted", "_wave", "deadline",
+    __slots__ = ("_agents", "_ledger", "_storage", "_submitted", "_wave", "deadline", "env",
                  "fire_ms", "fire_time", "now", "schedule", "schedule_id")
 
     def __init__(
@@ -49,7 +50,10 @@ class ScheduleContext:
         ledger: Ledger,
         agents: AgentRegistry,
         wave: Wave,
+        env: Environment | None = None,
     ) -> None:
+        #: The Worker's environment, read-only (:class:`threadline.Environment`).
+        self.env = env if env is not None else Environment()
         #: The schedule's id.
         self.schedule_id = schedule.id
         #: The declaration: an :class:`~threadline.schedules.EverySchedule` or a

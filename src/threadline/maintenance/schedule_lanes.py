@@ -53,6 +53,7 @@ from datetime import timedelta
 from typing import Any
 
 from threadline.clock import Clock, from_epoch_ms
+from threadline.environment import Environment
 from threadline.errors import InvalidSchedule, SchedulingError, ThreadlineError
 from threadline.maintenance.host_lanes import DEFAULT_DISPATCH_TIMEOUT, allowance_ms
 from threadline.maintenance.lane_wave import Wave, current_wave
@@ -235,8 +236,10 @@ class ScheduleRunner:
         failpoints: Failpoints,
         host_lanes: frozenset[str] = frozenset(),
         log: Callable[[str], None] | None = None,
+        env: Environment | None = None,
     ) -> None:
         self._storage = storage
+        self._env = env
         self._schedules = schedules
         self._queue = due_queue
         self._alarm = alarm
@@ -344,6 +347,7 @@ class ScheduleRunner:
         ctx = ScheduleContext(
             schedule, fire, from_epoch_ms(now), from_epoch_ms(deadline),
             storage=self._storage, ledger=self._ledger, agents=self._agents, wave=wave,
+            env=self._env,
         )
         try:
             result = declared.fn(ctx)

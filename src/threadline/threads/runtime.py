@@ -55,6 +55,7 @@ from threadline.abandonment import Abandoned, ExitRaised, contained
 from threadline.clock import Clock
 from threadline.clock import timer as clock_timer
 from threadline.config import RuntimeConfig
+from threadline.environment import Environment
 from threadline.errors import (
     AttemptTimeout,
     Evicted,
@@ -126,6 +127,7 @@ class ThreadRuntime:
         ids: IdSource,
         incarnation: str | None = None,
         host_lanes: Set[str] = frozenset(),
+        env: Environment | None = None,
     ) -> None:
         #: Names this runtime's claims; a fresh id per object incarnation.
         self.incarnation = incarnation if incarnation is not None else ids.new_id("inc")
@@ -142,6 +144,8 @@ class ThreadRuntime:
         self.ids = ids
         #: The host lanes agents may wake (:meth:`Turn.wake_lane`).
         self.host_lanes = frozenset(host_lanes)
+        #: The Worker's environment agents read (:attr:`Turn.env`).
+        self.env = env if env is not None else Environment()
         #: Aborts requested in this incarnation (see :mod:`threadline.threads.abort_watch`).
         self.aborts = AbortWatch()
         self.ledger = Ledger(storage, gate, clock=clock, ids=ids, config=config,
@@ -257,7 +261,7 @@ class ThreadRuntime:
         turn = Turn(claim, storage=self.storage, gate=self.gate, clock=self.clock,
                     failpoints=self.failpoints, yield_after=yield_after, config=self.config,
                     deadline=deadline, host_lanes=self.host_lanes, agents=self.registry,
-                    join_followups=binding.join_followups, aborts=self.aborts)
+                    join_followups=binding.join_followups, aborts=self.aborts, env=self.env)
         try:
             value = await self._bounded(partial(binding.fn, turn), deadline, turn)
         except LeaseLost:

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from threadline.clock import Clock
 from threadline.config import RuntimeConfig
+from threadline.environment import Environment
 from threadline.errors import Evicted, NonRetryable, StorageValueTooLarge, ValidationFailed
 from threadline.storage.port import Storage
 from threadline.threads import journal
@@ -159,8 +160,10 @@ class TurnBase:
         agents: Container[str] = frozenset(),
         join_followups: bool = False,
         aborts: AbortWatch | None = None,
+        env: Environment | None = None,
     ) -> None:
         self._claim = claim
+        self._env = env if env is not None else Environment()
         # Aborts this incarnation requested: a check reads the intent only when one was.
         self._aborts = aborts if aborts is not None else AbortWatch()
         self._abort = claim.abort if claim.abort is not None else AbortRead(-1, False)
@@ -184,6 +187,16 @@ class TurnBase:
         self._revoked = False
         # The ids of the submission's records in the log (see _logged), read at the first emit.
         self._records: set[str] | None = None
+
+    @property
+    def env(self) -> Environment:
+        """The Worker's environment, read-only: ``turn.env.OPENAI_API_KEY`` reads a secret,
+        ``turn.env.get("NAME")`` one that may be unset (see :class:`threadline.Environment`).
+
+        A secret is read fresh in each Attempt and is never journaled: put what you read from
+        it into a step's arguments only if it may be stored.
+        """
+        return self._env
 
     @property
     def input(self) -> JsonValue:

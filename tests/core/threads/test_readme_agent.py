@@ -23,6 +23,7 @@ def _readme_app() -> Application:
         and "turn.followups" not in block  # the Follow-up input section's own, likewise
         and "turn.send" not in block  # the Messages section's own, run on its own
         and "@app.subscriber" not in block  # the Subscribers section's own, likewise
+        and "turn.env" not in block  # the Secrets and bindings section's own, likewise
     ]
     assert len(agent_blocks) == 1, "README should show exactly one agent"
     namespace: dict[str, Any] = {}
