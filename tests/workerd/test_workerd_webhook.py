@@ -188,6 +188,25 @@ def test_the_workers_fetch_port_reports_a_refused_connection_as_an_error(
 
 
 
+def test_an_agent_reads_the_workers_secret_through_turn_env_and_cannot_change_it(
+    shared: Runtime
+) -> None:
+    thread = "/v1/spaces/env-reads/threads/t"
+    admitted = shared.request(thread + "/submissions", method="POST", token=TOKEN,
+                              body=json.dumps({"agent": "reads_env", "input": {}}).encode())
+    assert admitted.status == 202, (admitted.status, admitted.body, shared.output())
+    location = admitted.headers["Location"]
+
+    def settled() -> dict | None:
+        detail = shared.request(location, token=TOKEN).json()
+        return detail if detail["state"] == "settled" else None
+
+    done = wait_for(settled, timeout=DELIVERY_TIMEOUT_S, what="the env-reading agent to settle")
+    assert done["outcome"] == "completed", done
+    assert done["result"] == {"secret_length": len(SECRET), "type": "str", "unset": "default",
+                              "has_unset": False, "write_refused": True}
+
+
 def test_a_queue_batch_reaches_the_binding_as_json_messages(shared: Runtime) -> None:
     reply = shared.request("/_queue")
     assert reply.status == 200, (reply.status, reply.body, shared.output())

@@ -40,6 +40,21 @@ async def chatty(turn: threadline.Turn) -> dict[str, Any]:
     return {"emitted": count}
 
 
+@app.agent("reads_env")
+async def reads_env(turn: threadline.Turn) -> dict[str, Any]:
+    """What ``turn.env`` gives an agent in workerd: the Worker's secret (its length only, so
+    the value is never stored), a name not set, and whether a write is refused."""
+    try:
+        turn.env.WEBHOOK_SECRET = "replaced"
+        refused = False
+    except TypeError:
+        refused = True
+    secret = turn.env.WEBHOOK_SECRET
+    return {"secret_length": len(secret), "type": type(secret).__name__,
+            "unset": turn.env.get("NOT_SET_ANYWHERE", "default"),
+            "has_unset": "NOT_SET_ANYWHERE" in turn.env, "write_refused": refused}
+
+
 #: A queue subscriber driven by ``/_queue`` against a JavaScript stand-in for a Queue binding.
 queue_app = threadline.Application()
 queued = queue_app.queue("audit", binding="EVENTS")
