@@ -71,6 +71,7 @@ from threadline.storage.port import Storage
 from threadline.threads import history, journal, transitions, waits
 from threadline.threads.abort_watch import AbortRead, AbortWatch
 from threadline.threads.agents import AgentBinding, AgentRegistry, binding_registry_key
+from threadline.threads.failure_log import log_failed_attempt
 from threadline.threads.ledger import Ledger
 from threadline.threads.model import (
     CLAIMABLE,
@@ -383,6 +384,7 @@ class ThreadRuntime:
             return None
         if isinstance(exc, (NonRetryable, ValidationFailed)):
             # A refused argument or value is refused again on every retry: fail for good.
+            _logged(claim, exc, retry_at=None)
             return await self._settle(claim, Outcome.FAILED,
                                       error=error_envelope(exc, attempt=claim.attempt))
         if isinstance(exc, Suspend):
@@ -422,8 +424,10 @@ class ThreadRuntime:
         from :meth:`_ended`, after its in-flight check: no uncertain step is in flight."""
         error = error_envelope(exc, attempt=claim.attempt)
         if claim.charged >= self.config.max_attempts:
+            _logged(claim, exc, retry_at=None)
             return await self._settle(claim, Outcome.FAILED, error=error)
         not_before = self.clock.now_ms() + backoff_ms(claim.charged - 1, self.config, self.rng)
+        _logged(claim, exc, retry_at=not_before)
         self._end(lambda: self._release(claim, refund=False, not_before=not_before, error=error))
         return None
 
@@ -559,6 +563,12 @@ class StepLeftInFlight(Exception):
 
     def __init__(self) -> None:
         super().__init__("the agent returned before an uncertain step's result was journaled")
+
+
+def _logged(claim: Claim, exc: BaseException, *, retry_at: int | None) -> None:
+    submission = claim.submission
+    log_failed_attempt(exc, agent=submission.agent, submission=submission.id,
+                       thread=submission.thread_id, attempt=claim.attempt, retry_at=retry_at)
 
 
 def _twice(commit: Callable[[], T]) -> T:
