@@ -207,6 +207,19 @@ def test_an_agent_reads_the_workers_secret_through_turn_env_and_cannot_change_it
                               "has_unset": False, "write_refused": True}
 
 
+def test_a_failed_attempt_is_logged_on_the_workers_console(shared: Runtime) -> None:
+    admitted = shared.request("/v1/spaces/env-reads/threads/fails/submissions", method="POST",
+                              token=TOKEN,
+                              body=json.dumps({"agent": "refuses", "input": {}}).encode())
+    assert admitted.status == 202, (admitted.status, admitted.body, shared.output())
+    submission = admitted.json()["id"]
+    line = (f"threadline: agent 'refuses' failed attempt 1 of submission {submission!r} in "
+            "thread 'fails' (the submission failed for good): NonRetryable: the probe refuses")
+    wait_for(lambda: line in shared.output(), timeout=DELIVERY_TIMEOUT_S,
+             what="the failed Attempt's log line")
+    assert "Traceback (most recent call last)" in shared.output()
+
+
 def test_a_queue_batch_reaches_the_binding_as_json_messages(shared: Runtime) -> None:
     reply = shared.request("/_queue")
     assert reply.status == 200, (reply.status, reply.body, shared.output())

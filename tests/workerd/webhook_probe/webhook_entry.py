@@ -55,6 +55,12 @@ async def reads_env(turn: threadline.Turn) -> dict[str, Any]:
             "has_unset": "NOT_SET_ANYWHERE" in turn.env, "write_refused": refused}
 
 
+@app.agent("refuses")
+async def refuses(turn: threadline.Turn) -> None:
+    """Fails its Attempt for good: its log line must reach the Worker's console."""
+    raise threadline.NonRetryable("the probe refuses")
+
+
 #: A queue subscriber driven by ``/_queue`` against a JavaScript stand-in for a Queue binding.
 queue_app = threadline.Application()
 queued = queue_app.queue("audit", binding="EVENTS")
