@@ -207,6 +207,24 @@ def test_an_agent_reads_the_workers_secret_through_turn_env_and_cannot_change_it
                               "has_unset": False, "write_refused": True}
 
 
+def test_an_agent_reads_earlier_records_of_a_kind_through_turn_history(
+    shared: Runtime
+) -> None:
+    admitted = shared.request("/v1/spaces/env-reads/threads/recall/submissions", method="POST",
+                              token=TOKEN,
+                              body=json.dumps({"agent": "recalls", "input": {}}).encode())
+    assert admitted.status == 202, (admitted.status, admitted.body, shared.output())
+    location = admitted.headers["Location"]
+
+    def settled() -> dict | None:
+        detail = shared.request(location, token=TOKEN).json()
+        return detail if detail["state"] == "settled" else None
+
+    done = wait_for(settled, timeout=DELIVERY_TIMEOUT_S, what="the recalling agent to settle")
+    assert (done["outcome"], done["result"]) == (
+        "completed", [[1, "note", {"text": "remember me"}]]), done["error"]
+
+
 def test_a_failed_attempt_is_logged_on_the_workers_console(shared: Runtime) -> None:
     admitted = shared.request("/v1/spaces/env-reads/threads/fails/submissions", method="POST",
                               token=TOKEN,

@@ -60,6 +60,21 @@ _READ_HISTORY = (
     " WINDOW w AS (ORDER BY seq ROWS UNBOUNDED PRECEDING))"
     " WHERE n = 1 OR upto <= ? ORDER BY seq"
 )
+# The newest records before a seq (of some kinds, when the JSON array parameter is not NULL):
+# the innermost SELECT walks the Thread's range back from ``before`` and stops at ``limit``
+# matches; the window keeps the newest of them whose bodies fit in the byte bound, so the
+# page is the most recent context that fits, returned oldest first.
+_READ_EARLIER = (
+    "SELECT seq, record_id, submission_id, kind, body_json, created_at FROM ("
+    " SELECT seq, record_id, submission_id, kind, body_json, created_at,"
+    " SUM(size) OVER (ORDER BY seq DESC ROWS UNBOUNDED PRECEDING) AS upto FROM ("
+    " SELECT seq, record_id, submission_id, kind, body_json, created_at,"
+    " length(CAST(body_json AS BLOB)) AS size FROM tl_history"
+    " WHERE thread_id = ? AND (? IS NULL OR seq < ?)"
+    " AND (? IS NULL OR kind IN (SELECT value FROM json_each(?)))"
+    " ORDER BY seq DESC LIMIT ?))"
+    " WHERE upto <= ? ORDER BY seq"
+)
 # A submission's records all follow its first claim (``history_from``, the Thread's last seq
 # then): nothing appends one for it before. So this reads the Thread's range since that claim,
 # not its whole log. NULL (never claimed) reads nothing: such a submission has no record.
@@ -132,6 +147,18 @@ def read_history_page(
     return HistoryPage(page, fetched > len(page))
 
 
+def read_earlier(
+    storage: Storage, thread_id: str, *, before: int | None, limit: int,
+    kinds_json: str | None, max_bytes: int,
+) -> list[Row]:
+    """The Thread's newest records (with a seq below ``before`` unless None), oldest first: at most
+    ``limit`` of them, only kinds in the JSON array ``kinds_json`` unless it is None, and only
+    the newest whose bodies fit ``max_bytes`` together (a contiguous run back from the
+    newest)."""
+    return storage.exec(_READ_EARLIER, thread_id, before, before, kinds_json, kinds_json,
+                        limit, max_bytes).rows
+
+
 def read_history(
     storage: Storage, thread_id: str, *, after: int = 0, limit: int = PAGE_RECORDS,
     max_bytes: int = PAGE_BYTES,
@@ -148,6 +175,7 @@ __all__ = [
     "HistoryPage",
     "append_history",
     "last_history_seq",
+    "read_earlier",
     "read_history",
     "read_history_page",
     "submission_records",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -43,10 +43,12 @@ from threadline.threads.model import (
     WaitState,
     check_id,
     check_space_id,
+    decode_json,
     digest,
     encode_json,
 )
 from threadline.threads.ports import DELAYED, MESSAGES, PUBLICATION
+from threadline.threads.records import Record
 from threadline.threads.signals import Suspend
 from threadline.threads.turn_base import RetryPolicy, TurnBase, checked
 
@@ -307,6 +309,48 @@ class Turn(TurnBase):
         await self._failpoints.reached(FOLLOWUPS_JOINED)
         return list(taken)
 
+    async def history(
+        self,
+        *,
+        limit: int = 50,
+        before: int | None = None,
+        kinds: Sequence[str] | None = None,
+    ) -> list[Record]:
+        """The Thread's earlier records, for the agent's context: the newest ``limit`` (1 to
+        ``MAX_HISTORY_RECORDS``) with a ``seq`` below ``before`` (default: every record the
+        log holds when first called), of ``kinds`` only when given, oldest first.
+
+        Bounded in bytes too: only the newest records whose bodies fit in half of
+        ``max_value_bytes`` together are returned, so the list is the most recent context
+        that fits. Each call is journaled (``history``, ``history#2``...) with the list it
+        returned, so a replay of the Attempt gets the same list back even if records were
+        appended or retention deleted some since. To page further back, pass the first
+        record's ``seq`` as ``before``. A bad argument raises ``ValidationFailed``, failing
+        the Attempt for good.
+        """
+        asked = checked(lambda: _history_query(limit, before, kinds))
+        key = self._key("history")
+        position = self._next_position()
+        entry = journal.read_entry(self._storage, self.submission_id, key)
+        if entry is not None and entry.state is StepState.FINISHED:
+            return [_record(item) for item in entry.value["records"]]
+        await self._boundary()
+        taken: list[Record] = []
+
+        def write() -> None:
+            rows = history.read_earlier(
+                self._storage, self.thread_id, before=asked[1], limit=asked[0],
+                kinds_json=asked[2], max_bytes=self._config.max_value_bytes // 2)
+            taken[:] = [Record(self.thread_id, int(row["seq"]), row["record_id"],
+                               row["submission_id"], row["kind"], decode_json(row["body_json"]),
+                               int(row["created_at"])) for row in rows]
+            value_json = encode_json({"records": [record.to_json() for record in taken]})
+            self._journal(key, position, StepEffect.IDEMPOTENT, StepState.FINISHED,
+                          value_json=value_json)
+
+        self._write(write)
+        return list(taken)
+
     async def approval(self, key: str, payload: JsonValue = None) -> ApprovalDecision:
         """Wait durably until someone decides the approval ``key``; return the decision.
 
@@ -368,6 +412,41 @@ def _due_ms(not_before: datetime | timedelta | None, now: int) -> int | None:
     return delayed.due_of(not_before)
 
 
+#: The most records one ``turn.history`` call returns.
+MAX_HISTORY_RECORDS = 500
+# The largest ``before``: a seq the log never reaches, and still a number (not a BigInt)
+# when bound on the platform.
+_MAX_BEFORE = 2**52
+
+
+def _history_query(
+    limit: object, before: object, kinds: object
+) -> tuple[int, int | None, str | None]:
+    """``turn.history``'s arguments checked: (limit, before, kinds as a JSON array or None)."""
+    if (not isinstance(limit, int) or isinstance(limit, bool)
+            or not 1 <= limit <= MAX_HISTORY_RECORDS):
+        raise ValidationFailed(f"limit must be an integer from 1 to {MAX_HISTORY_RECORDS}",
+                               field="limit")
+    if before is not None and (not isinstance(before, int) or isinstance(before, bool)
+                               or not 1 <= before <= _MAX_BEFORE):
+        raise ValidationFailed("before must be a record's seq (a positive integer) or None",
+                               field="before")
+    if kinds is None:
+        return limit, before, None
+    if isinstance(kinds, str) or not isinstance(kinds, Sequence) or not kinds:
+        raise ValidationFailed("kinds must be a non-empty list of record kinds, or None",
+                               field="kinds")
+    for kind in kinds:
+        if not isinstance(kind, str) or _KIND.fullmatch(kind) is None:
+            raise ValidationFailed(f"each of kinds must match {KIND_PATTERN}", field="kinds")
+    return limit, before, encode_json(sorted(set(kinds)))
+
+
+def _record(item: Any) -> Record:
+    return Record(item["thread_id"], item["seq"], item["record_id"], item["submission_id"],
+                  item["kind"], item["body"], item["created_at"])
+
+
 def check_kind(kind: object) -> str:
     """Refuse a record kind outside ``KIND_PATTERN`` or under a reserved prefix."""
     if not isinstance(kind, str) or _KIND.fullmatch(kind) is None:
@@ -410,6 +489,7 @@ __all__ = [
     "EMIT_COMMITTED",
     "FOLLOWUPS_JOINED",
     "KIND_PATTERN",
+    "MAX_HISTORY_RECORDS",
     "MAX_SLEEP_SECONDS",
     "RESERVED_KIND_PREFIXES",
     "AgentFn",

@@ -55,6 +55,14 @@ async def reads_env(turn: threadline.Turn) -> dict[str, Any]:
             "has_unset": "NOT_SET_ANYWHERE" in turn.env, "write_refused": refused}
 
 
+@app.agent("recalls")
+async def recalls(turn: threadline.Turn) -> list[Any]:
+    """Reads the Thread's earlier records of one kind through ``turn.history``."""
+    await turn.emit({"text": "remember me"}, kind="note")
+    await turn.emit({"text": "not this"}, kind="other")
+    return [[r.seq, r.kind, r.body] for r in await turn.history(kinds=["note"], limit=5)]
+
+
 @app.agent("refuses")
 async def refuses(turn: threadline.Turn) -> None:
     """Fails its Attempt for good: its log line must reach the Worker's console."""
