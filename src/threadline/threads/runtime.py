@@ -368,7 +368,7 @@ class ThreadRuntime:
                 revision=claim.revision,
                 error={**error_envelope(cause, attempt=claim.attempt),
                        "unrecorded": error_envelope(refused, attempt=claim.attempt)},
-                final=isinstance(cause, (NonRetryable, ValidationFailed)),
+                final=isinstance(cause, (NonRetryable, ValidationFailed, *UNFIXABLE)),
                 not_before=self.clock.now_ms() + backoff_ms(claim.charged - 1, self.config,
                                                             self.rng),
             ))
@@ -382,8 +382,9 @@ class ThreadRuntime:
                                       error=aborted or transitions.aborted_error(None))
         if self._park_if_in_flight(claim, exc):
             return None
-        if isinstance(exc, (NonRetryable, ValidationFailed)):
-            # A refused argument or value is refused again on every retry: fail for good.
+        if isinstance(exc, (NonRetryable, ValidationFailed, *UNFIXABLE)):
+            # A refused argument or value is refused again on every retry, and so is code
+            # that cannot import or names nothing: fail for good.
             _logged(claim, exc, retry_at=None)
             return await self._settle(claim, Outcome.FAILED,
                                       error=error_envelope(exc, attempt=claim.attempt))
@@ -565,6 +566,12 @@ class StepLeftInFlight(Exception):
         super().__init__("the agent returned before an uncertain step's result was journaled")
 
 
+#: Errors of the deployed code itself (a module that does not import, a name that is not
+#: defined, a syntax error): no retry of the same code can succeed, so they fail the
+#: submission at once instead of spending ``max_attempts`` on backoffs.
+UNFIXABLE: tuple[type[BaseException], ...] = (ImportError, NameError, SyntaxError)
+
+
 def _logged(claim: Claim, exc: BaseException, *, retry_at: int | None) -> None:
     submission = claim.submission
     log_failed_attempt(exc, agent=submission.agent, submission=submission.id,
@@ -605,6 +612,7 @@ __all__ = [
     "ATTEMPT_CLAIMED",
     "SETTLE_AFTER",
     "SETTLE_BEFORE",
+    "UNFIXABLE",
     "ThreadRuntime",
     "lease_owner_of",
 ]
