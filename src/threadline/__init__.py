@@ -14,6 +14,7 @@ from threadline.delivery.webhooks import verify_signature
 from threadline.environment import Environment
 from threadline.errors import (
     AgentError,
+    AnswerTooLarge,
     ApiError,
     BindingUnavailable,
     Conflict,
@@ -21,11 +22,18 @@ from threadline.errors import (
     ErrorCode,
     Evicted,
     Forbidden,
+    HttpClientError,
+    HttpError,
+    HttpServerError,
+    HttpStatusError,
+    HttpTimeout,
+    HttpTransportError,
     InvalidSchedule,
     NonRetryable,
     NotFound,
     PayloadTooLarge,
     RetryableAgentError,
+    RetryAfter,
     SchedulingError,
     SchemaError,
     SignatureInvalid,
@@ -44,12 +52,14 @@ from threadline.space import Space
 from threadline.storage import SqliteStorage, Storage
 from threadline.threads import ApprovalDecision, Followup, RetryPolicy, Turn
 from threadline.threads.records import Record
+from threadline.threads.turn_http import HttpAnswer, HttpStream
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AccessRequest",
     "AgentError",
+    "AnswerTooLarge",
     "ApiError",
     "Application",
     "ApprovalDecision",
@@ -67,6 +77,14 @@ __all__ = [
     "Fault",
     "Followup",
     "Forbidden",
+    "HttpAnswer",
+    "HttpClientError",
+    "HttpError",
+    "HttpServerError",
+    "HttpStatusError",
+    "HttpStream",
+    "HttpTimeout",
+    "HttpTransportError",
     "IdSource",
     "InvalidSchedule",
     "LaneContext",
@@ -80,6 +98,7 @@ __all__ = [
     "RandomIds",
     "Record",
     "RecoveryEvent",
+    "RetryAfter",
     "RetryPolicy",
     "RetryableAgentError",
     "RuntimeConfig",

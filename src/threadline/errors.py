@@ -24,8 +24,18 @@ mapped to the most specific class here at one boundary, the storage adapter, and
     ├── SignatureInvalid             a webhook's ``Threadline-Signature`` does not verify
     └── AgentError                   raised by (or on behalf of) an agent's code
         ├── RetryableAgentError      the Attempt fails and is retried with backoff
-        │   └── AttemptTimeout       the Attempt outran ``attempt_timeout_ms`` and was cancelled
-        └── NonRetryable             the submission settles ``failed`` at once
+        │   ├── AttemptTimeout       the Attempt outran ``attempt_timeout_ms`` and was cancelled
+        │   ├── HttpTimeout          ``turn.http``: no answer (or no next chunk) in time
+        │   ├── HttpTransportError   ``turn.http``: the request failed before an answer
+        │   ├── AnswerTooLarge       ``turn.http``: the answer grew past its ``max_bytes``
+        │   └── HttpServerError      ``raise_for_status``: a 5xx, 408, 425 or 429 answer
+        ├── NonRetryable             the submission settles ``failed`` at once
+        │   └── HttpClientError      ``raise_for_status``: any other 4xx answer
+        └── RetryAfter               a step asks to be tried again after a delay (a 429 or 503
+                                     with ``Retry-After``), without spending ``max_attempts``
+
+    ``HttpError`` is the base of the four ``turn.http`` errors above and ``HttpStatusError``
+    of the two ``raise_for_status`` ones, so an agent can catch either family at once.
 
     BaseException
     └── Evicted                      simulated loss of the object; ``except Exception`` cannot
@@ -37,6 +47,7 @@ they name each offending field.
 
 from __future__ import annotations
 
+import math
 from enum import StrEnum
 from typing import Any
 
@@ -60,6 +71,8 @@ class ErrorCode(StrEnum):
     AGENT = "agent"
     AGENT_RETRYABLE = "agent-retryable"
     AGENT_NON_RETRYABLE = "agent-non-retryable"
+    HTTP = "http"
+    RETRY_AFTER = "retry-after"
 
 
 class ThreadlineError(Exception):
@@ -258,6 +271,87 @@ class NonRetryable(AgentError):
     code = ErrorCode.AGENT_NON_RETRYABLE
 
 
+class HttpError(AgentError):
+    """Base of what ``turn.http`` raises: a timeout, a transport failure, an answer too large,
+    or (from ``raise_for_status``) a refusal. Messages name the destination by its origin
+    only (``https://api.example.com``): a URL's path or query may carry a credential."""
+
+    code = ErrorCode.HTTP
+
+
+class HttpTimeout(HttpError, RetryableAgentError):
+    """No answer within the call's ``timeout``, or no next chunk of its body within it."""
+
+    code = ErrorCode.HTTP
+
+
+class HttpTransportError(HttpError, RetryableAgentError):
+    """The request failed before an answer came: DNS, a refused or reset connection."""
+
+    code = ErrorCode.HTTP
+
+
+class AnswerTooLarge(HttpError, RetryableAgentError):
+    """The answer's body grew past the call's ``max_bytes``; what was read is dropped."""
+
+    code = ErrorCode.HTTP
+
+
+class HttpStatusError(HttpError):
+    """``raise_for_status`` on an answer of status 400 or above: ``status`` holds it and
+    ``body`` up to 4 KiB of the answer (an API's explanation of its refusal)."""
+
+    code = ErrorCode.HTTP
+
+    def __init__(self, message: str, *, status: int, body: bytes = b"") -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+
+
+class HttpServerError(HttpStatusError, RetryableAgentError):
+    """A 5xx, 408 (timeout), 425 (too early) or 429 (too many requests) answer without a
+    usable ``Retry-After``: worth trying again later, so the Attempt is retried."""
+
+    code = ErrorCode.HTTP
+
+
+class HttpClientError(HttpStatusError, NonRetryable):
+    """Any other 4xx answer (a bad key, a malformed request): the same request would be
+    refused again, so the submission fails at once unless the agent catches it."""
+
+    code = ErrorCode.HTTP
+
+
+class RetryAfter(AgentError):
+    """Raise in a step to have it tried again after ``seconds``, as a provider's 429 or 503
+    with ``Retry-After`` asks (``raise_for_status`` raises it for you).
+
+    The wait does not spend ``max_attempts`` or a try of the step's ``RetryPolicy``. A wait
+    of up to ``INLINE_WAIT_MS`` (5 s) that ends before the Attempt's bound is waited in the
+    Attempt; a longer one suspends it on a durable timer (the object's alarm wakes it, no
+    handler is held). A step waits at most ``RetryPolicy.max_waits`` times, each at most
+    ``RetryPolicy.max_wait_ms``; past either bound the ``RetryAfter`` counts as the step's
+    failure, as does one raised outside a step (its Attempt is then retried no earlier than
+    it asked). ``seconds`` is a finite number from 0 to 366 days (a ``ValueError`` otherwise).
+    """
+
+    code = ErrorCode.RETRY_AFTER
+
+    def __init__(self, seconds: float, reason: str = "") -> None:
+        if (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
+                or not 0 <= seconds <= _MAX_RETRY_AFTER_S):
+            raise ValueError("RetryAfter seconds must be a finite number from 0 to 366 days")
+        delay_ms = math.ceil(seconds * 1000)
+        super().__init__(f"retry after {delay_ms} ms" + (f": {reason}" if reason else ""))
+        #: The asked delay in whole milliseconds, rounded up.
+        self.delay_ms = delay_ms
+        self.reason = reason
+
+
+_MAX_RETRY_AFTER_S = 366 * 86_400
+
+
 class Evicted(BaseException):
     """Simulated loss of the object at a failpoint. Never raised in production.
 
@@ -272,6 +366,7 @@ class Evicted(BaseException):
 
 __all__ = [
     "AgentError",
+    "AnswerTooLarge",
     "ApiError",
     "AttemptTimeout",
     "BindingUnavailable",
@@ -279,10 +374,17 @@ __all__ = [
     "DeliveryRefused",
     "ErrorCode",
     "Evicted",
+    "HttpClientError",
+    "HttpError",
+    "HttpServerError",
+    "HttpStatusError",
+    "HttpTimeout",
+    "HttpTransportError",
     "InvalidSchedule",
     "NonRetryable",
     "NotFound",
     "PayloadTooLarge",
+    "RetryAfter",
     "RetryableAgentError",
     "SchedulingError",
     "SchemaError",

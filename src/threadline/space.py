@@ -16,9 +16,10 @@ from threadline.api.http import Request, Response
 from threadline.api.routes import route, route_space
 from threadline.app import Application
 from threadline.clock import Clock, SystemClock
-from threadline.delivery.outbound import HttpPort
+from threadline.delivery.outbound import HttpPort, HttpxPort
 from threadline.environment import Environment
 from threadline.errors import SchedulingError
+from threadline.fetching import FetchPort
 from threadline.ids import IdSource, RandomIds
 from threadline.maintenance import LaneRunner, Maintenance, MaintenanceParts, PassReport
 from threadline.maintenance.bindings import BindingWaits
@@ -114,7 +115,7 @@ class Space:
         self.runtime = ThreadRuntime(
             storage, app.agents, gate=gate, failpoints=self.scheduler.failpoints, config=config,
             clock=self.clock, rng=self.rng, ids=self.ids, host_lanes=app.lanes.ids,
-            env=self.env,
+            env=self.env, fetch=_fetch_port(http),
         )
         self.faults = RecoveryFaults(storage, gate, self.clock)
         self.recovery_events = RecoveryEvents(storage, self.clock, app.recovery_event_hook)
@@ -329,3 +330,12 @@ class Space:
 
 
 __all__ = ["Space"]
+
+
+def _fetch_port(http: HttpPort | None) -> FetchPort | None:
+    """The port agents' ``turn.http`` uses: the object's outbound port when it can make any
+    request (workerd's fetch, httpx), httpx under CPython when none was given, else none (a
+    test's POST-only fake: ``turn.http`` then says so)."""
+    if http is None:
+        return HttpxPort()
+    return http if isinstance(http, FetchPort) else None

@@ -32,6 +32,7 @@ from threadline.delivery.outbound import (
     QueueProducer,
     origin,
 )
+from threadline.fetching import FetchAnswer, FetchRequest
 from threadline.maintenance.host_lanes import wake_arguments
 from threadline.space import Space
 from threadline.storage.cloudflare import CloudflareStorage, is_js_null
@@ -216,6 +217,47 @@ class WorkersFetch:
                 f"no answer from {origin(url)} within {timeout_ms} ms") from error
         return OutboundResponse(
             status=int(js_response.status), headers=_headers(response), body=kept)
+
+    async def open(self, request: FetchRequest) -> FetchAnswer:
+        """Send ``request`` (an agent's ``turn.http`` call); return once the answer's headers
+        are in. Its body is read as it arrives; the caller's timeout cancels this wait, which
+        aborts the request."""
+        options: dict[str, Any] = {"method": HTTPMethod(request.method),
+                                   "headers": dict(request.headers), "redirect": "manual"}
+        if request.body is not None:
+            options["body"] = to_js(request.body)
+        return _StreamedAnswer(await fetch(request.url, **options))
+
+
+class _StreamedAnswer:
+    """A ``fetch`` answer whose body is read from its stream a chunk at a time."""
+
+    def __init__(self, response: Any) -> None:
+        self._js = response.js_object
+        self.status = int(self._js.status)
+        self.headers = _headers(response)
+        self._reader: Any = None
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        stream = self._js.body
+        if stream is None or is_js_null(stream):
+            return
+        self._reader = stream.getReader()
+        while True:
+            chunk = await self._reader.read()
+            if chunk.done:
+                return
+            data = bytes(chunk.value.to_bytes())
+            if data:
+                yield data
+
+    async def aclose(self) -> None:
+        # What is left unread is cancelled, so the platform stops receiving it.
+        with suppress(Exception):
+            if self._reader is not None:
+                await self._reader.cancel()
+            elif self._js.body is not None and not is_js_null(self._js.body):
+                await self._js.body.cancel()
 
 
 class _Queue:

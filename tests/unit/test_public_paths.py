@@ -16,13 +16,17 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "threadline"
 
 PUBLIC: dict[str, list[str]] = {
     "threadline": [
-        "AccessRequest", "AgentError", "ApiError", "Application", "ApprovalDecision",
+        "AccessRequest", "AgentError", "AnswerTooLarge", "ApiError", "Application",
+        "ApprovalDecision",
         "BindingUnavailable", "Capability", "Clock", "Conflict", "CronSchedule",
         "DeliveryContext", "DeliveryRefused", "Environment", "ErrorCode", "EverySchedule",
         "Evicted", "Fault",
-        "Followup", "Forbidden", "IdSource", "InvalidSchedule", "LaneContext", "LanePhase",
+        "Followup", "Forbidden", "HttpAnswer", "HttpClientError", "HttpError",
+        "HttpServerError", "HttpStatusError", "HttpStream", "HttpTimeout",
+        "HttpTransportError", "IdSource", "InvalidSchedule", "LaneContext", "LanePhase",
         "ManualClock", "NonRetryable", "NotFound", "PassReport", "PayloadTooLarge", "Principal",
-        "RandomIds", "Record", "RecoveryEvent", "RetryPolicy", "RetryableAgentError",
+        "RandomIds", "Record", "RecoveryEvent", "RetryAfter", "RetryPolicy",
+        "RetryableAgentError",
         "RuntimeConfig", "ScheduleContext", "SchedulingError", "SchemaError", "SequentialIds",
         "SignatureInvalid", "Space", "SqliteStorage", "Storage", "StorageError",
         "SubscriberSpec", "SystemClock", "ThreadlineError", "Turn", "Unauthorized",
@@ -30,8 +34,8 @@ PUBLIC: dict[str, list[str]] = {
     ],
     "threadline.testing": [
         "DEFAULT_MAX_PASSES", "AlarmInvariantError", "Crash", "Delivery", "DeliveryFailure",
-        "Effects", "HungTarget", "QuiescenceError", "SettlementLog", "SimulatedDeployment",
-        "SimulatedObject",
+        "Effects", "FakeAnswer", "FakeFetch", "HungTarget", "QuiescenceError", "SettlementLog",
+        "SimulatedDeployment", "SimulatedObject",
         "StatementFailure", "ThreadHarness", "alarm_invariant_problem", "is_eviction",
     ],
     "threadline.client": [

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -47,6 +48,9 @@ class Reply:
     body: bytes = b""
     headers: dict[str, str] = field(default_factory=dict)
     hold: threading.Event | None = None
+    #: Sent as a chunked body instead of ``body``, ``gap_s`` apart.
+    chunks: list[bytes] | None = None
+    gap_s: float = 0.0
 
 
 @dataclass
@@ -80,9 +84,19 @@ def receiver() -> Iterator[Receiver]:
                 self.send_response(reply.status)
                 for name, value in reply.headers.items():
                     self.send_header(name, value)
-                self.send_header("content-length", str(len(reply.body)))
+                if reply.chunks is None:
+                    self.send_header("content-length", str(len(reply.body)))
+                    self.end_headers()
+                    self.wfile.write(reply.body)
+                    return
+                self.send_header("transfer-encoding", "chunked")
                 self.end_headers()
-                self.wfile.write(reply.body)
+                for n, chunk in enumerate(reply.chunks):
+                    if n:
+                        time.sleep(reply.gap_s)
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
 
         def log_message(self, format: str, *args: object) -> None:
             pass
@@ -223,6 +237,57 @@ def test_an_agent_reads_earlier_records_of_a_kind_through_turn_history(
     done = wait_for(settled, timeout=DELIVERY_TIMEOUT_S, what="the recalling agent to settle")
     assert (done["outcome"], done["result"]) == (
         "completed", [[1, "note", {"text": "remember me"}]]), done["error"]
+
+
+def _settled(runtime: Runtime, path: str, agent: str, body: dict) -> dict:
+    admitted = runtime.request(path, method="POST", token=TOKEN,
+                               body=json.dumps({"agent": agent, "input": body}).encode())
+    assert admitted.status == 202, (admitted.status, admitted.body, runtime.output())
+    location = admitted.headers["Location"]
+
+    def settled() -> dict | None:
+        detail = runtime.request(location, token=TOKEN).json()
+        return detail if detail["state"] == "settled" else None
+
+    return wait_for(settled, timeout=DELIVERY_TIMEOUT_S, what=f"{agent} to settle")
+
+
+def test_an_agent_reads_a_streamed_answer_through_turn_http_as_it_arrives(
+    receiver: Receiver, shared: Runtime
+) -> None:
+    receiver.reply = lambda request: Reply(
+        200, headers={"content-type": "text/event-stream"}, gap_s=0.4,
+        chunks=[b"data: one\n\n", b"data: two\n\n", b"data: [DONE]\n\n"])
+    done = _settled(shared, "/v1/spaces/http-calls/threads/stream/submissions", "streams_http",
+                    {"path": "/model"})
+    assert done["outcome"] == "completed", (done["error"], shared.output()[-3000:])
+    lines = done["result"]["lines"]
+    assert [line for line, _ in lines] == ["data: one", "data: two", "data: [DONE]"]
+    # The lines came as the server wrote them, 0.4 s apart, not at the body's end.
+    assert lines[1][1] >= 300 and lines[2][1] - lines[1][1] >= 300, lines
+    request = [r for r in receiver.received if r.path == "/model"][-1]
+    assert json.loads(request.body) == {"stream": True}
+    assert request.headers["authorization"] == "Bearer probe"
+
+
+def test_a_429_with_retry_after_is_tried_again_when_it_asks_in_the_same_attempt(
+    receiver: Receiver, shared: Runtime
+) -> None:
+    def reply(request: Received) -> Reply:
+        seen = [r for r in receiver.received if r.path == "/limited"]
+        if len(seen) == 1:
+            return Reply(429, b'{"error": "slow down"}', {"Retry-After": "2"})
+        return Reply(200, chunks=[b"data: fine\n\n"])
+
+    receiver.reply = reply
+    started = time.monotonic()
+    done = _settled(shared, "/v1/spaces/http-calls/threads/limited/submissions",
+                    "streams_http", {"path": "/limited"})
+    assert done["outcome"] == "completed", (done["error"], shared.output()[-3000:])
+    assert done["result"] == {"lines": [["data: fine", 0]], "attempt": 1}
+    assert done["attempts"] == 1
+    assert time.monotonic() - started >= 2.0
+    assert len([r for r in receiver.received if r.path == "/limited"]) == 2
 
 
 def test_a_failed_attempt_is_logged_on_the_workers_console(shared: Runtime) -> None:

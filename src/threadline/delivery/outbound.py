@@ -1,7 +1,8 @@
 """The ports through which threadline reaches outside its object: HTTP and Queue producers.
 
-Under workerd the Worker's own ``fetch`` implements :class:`HttpPort` (:mod:`threadline.worker`);
-under CPython :class:`HttpxPort` does, with httpx imported only when the first request is made,
+Under workerd the Worker's own ``fetch`` implements :class:`HttpPort` and the general
+:class:`~threadline.fetching.FetchPort` agents use (:mod:`threadline.worker`); under CPython
+:class:`HttpxPort` does both, with httpx imported only when the first request is made,
 so importing threadline never pulls it in. Tests pass a fake or point either port at a local
 server.
 
@@ -14,25 +15,22 @@ a test puts a Python producer under the binding's name.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC
-from email.utils import parsedate_to_datetime
 from typing import Any, Protocol, runtime_checkable
-from urllib.parse import urlsplit
 
+from threadline.fetching import (
+    FetchAnswer,
+    FetchRequest,
+    OutboundTimeout,
+    origin,
+    retry_after_ms,
+)
 from threadline.threads.model import JsonValue
 
 #: At most this much of a response body is read and kept: enough to explain a refusal, never
 #: a large page held in memory or shown in ``/maintenance``.
 RESPONSE_BODY_LIMIT = 4_096
-#: What a Retry-After of more than 12 digits of seconds is read as (about 31,700 years): a
-#: wait longer than any ceiling, without int() reading thousands of digits.
-_FAR_MS = 10**15
-
-
-class OutboundTimeout(Exception):
-    """The destination did not answer within the allowance; the request may have arrived."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +56,8 @@ class HttpPort(Protocol):
 
 
 class HttpxPort:
-    """:class:`HttpPort` over httpx, for CPython (tests, a local runtime).
+    """:class:`HttpPort` and :class:`~threadline.fetching.FetchPort` over httpx, for CPython
+    (tests, a local runtime).
 
     httpx is imported when the first request is made, so ``import threadline`` never needs it;
     install it with the ``client`` extra (or ``pip install httpx``). One client per request:
@@ -70,12 +69,7 @@ class HttpxPort:
         self, url: str, *, headers: Mapping[str, str], body: bytes, timeout_ms: int
     ) -> OutboundResponse:
         """POST ``body`` to ``url``; :class:`OutboundTimeout` once ``timeout_ms`` has passed."""
-        try:
-            import httpx
-        except ImportError as error:  # pragma: no cover - httpx is a dev dependency here
-            raise ImportError(
-                "threadline's HttpxPort needs httpx: pip install 'threadline[client]'"
-            ) from error
+        httpx = _httpx()
         seconds = max(timeout_ms, 1) / 1000
         try:
             # httpx bounds each phase; the whole exchange (a receiver trickling its answer
@@ -87,6 +81,61 @@ class HttpxPort:
         except (TimeoutError, httpx.TimeoutException) as error:
             raise OutboundTimeout(
                 f"no answer from {origin(url)} within {timeout_ms} ms") from error
+
+
+    async def open(self, request: FetchRequest) -> FetchAnswer:
+        """Send ``request``; return once the answer's headers are in (its body streams after).
+
+        :class:`OutboundTimeout` when no answer came within ``request.timeout_ms``.
+        """
+        httpx = _httpx()
+        seconds = max(request.timeout_ms, 1) / 1000
+        client = httpx.AsyncClient(timeout=httpx.Timeout(seconds), follow_redirects=False)
+        try:
+            built = client.build_request(request.method, request.url,
+                                         headers=dict(request.headers), content=request.body)
+            response = await client.send(built, stream=True)
+        except httpx.TimeoutException as error:
+            await client.aclose()
+            raise OutboundTimeout(
+                f"no answer from {origin(request.url)} within {request.timeout_ms} ms"
+            ) from error
+        except BaseException:
+            await client.aclose()
+            raise
+        return _HttpxAnswer(client, response)
+
+
+class _HttpxAnswer:
+    """An httpx response being streamed, and the client that owns its connection."""
+
+    def __init__(self, client: Any, response: Any) -> None:
+        self._client = client
+        self._response = response
+        self.status: int = response.status_code
+        self.headers: Mapping[str, str] = {
+            key.lower(): value for key, value in response.headers.items()}
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        async for chunk in self._response.aiter_bytes():
+            if chunk:
+                yield chunk
+
+    async def aclose(self) -> None:
+        try:
+            await self._response.aclose()
+        finally:
+            await self._client.aclose()
+
+
+def _httpx() -> Any:
+    try:
+        import httpx
+    except ImportError as error:  # pragma: no cover - httpx is a dev dependency here
+        raise ImportError(
+            "threadline's HttpxPort needs httpx: pip install 'threadline[client]'"
+        ) from error
+    return httpx
 
 
 async def _exchange(
@@ -103,38 +152,6 @@ async def _exchange(
             headers={k.lower(): v for k, v in response.headers.items()},
             body=bytes(kept[:RESPONSE_BODY_LIMIT]),
         )
-
-
-def retry_after_ms(value: str | None, now_ms: int) -> int | None:
-    """The wait a ``Retry-After`` value asks for, in ms from ``now_ms`` (0 for a date already
-    past), or None when it is absent or means nothing (a negative or fractional number, text
-    that is no date): the caller then backs off as it would without it.
-
-    Both forms of RFC 9110 are read: delay-seconds (``120``) and an HTTP date
-    (``Tue, 14 Nov 2023 22:15:20 GMT``, or the obsolete RFC 850 and asctime forms).
-    """
-    if not isinstance(value, str):
-        return None
-    text = value.strip()
-    if not text:
-        return None
-    if text.isascii() and text.isdigit():
-        return _FAR_MS if len(text) > 12 else int(text) * 1_000
-    try:
-        when = parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    if when.tzinfo is None:  # asctime names no zone; HTTP dates are GMT
-        when = when.replace(tzinfo=UTC)
-    return max(0, int(when.timestamp() * 1_000) - now_ms)
-
-
-def origin(url: str) -> str:
-    """``scheme://host[:port]`` of ``url``: what an error may say about a destination."""
-    # Only scheme and host are ever named in an error: a webhook URL's path or query may be a
-    # credential of its own (incoming-webhook URLs often are).
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
 
 
 @runtime_checkable

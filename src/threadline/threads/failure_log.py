@@ -13,7 +13,7 @@ import logging
 import traceback
 from collections.abc import Callable
 
-from threadline.threads.model import error_envelope
+from threadline.threads.model import Submission, error_envelope
 
 _logger = logging.getLogger("threadline.threads")
 
@@ -37,21 +37,20 @@ def bounded_traceback(exc: BaseException) -> str:
 
 def log_failed_attempt(
     exc: BaseException,
+    submission: Submission,
     *,
-    agent: str,
-    submission: str,
-    thread: str,
     attempt: int,
     retry_at: int | None,
     log: Callable[[str], None] | None = None,
 ) -> None:
     """Log the failure ``exc`` of ``submission``'s Attempt ``attempt``: retried at
     ``retry_at`` (epoch ms), or, when it is None, the submission failed for good."""
+    agent, thread = submission.agent, submission.thread_id
     error = error_envelope(exc, attempt=attempt)
     then = (f"retried at {retry_at}" if retry_at is not None
             else "the submission failed for good")
     (log if log is not None else _logger.error)(
-        f"threadline: agent {agent!r} failed attempt {attempt} of submission {submission!r}"
+        f"threadline: agent {agent!r} failed attempt {attempt} of submission {submission.id!r}"
         f" in thread {thread!r} ({then}): {error['type']}: {error['message']}\n"
         + bounded_traceback(exc)
     )

@@ -61,10 +61,12 @@ from threadline.errors import (
     Evicted,
     NonRetryable,
     RetryableAgentError,
+    RetryAfter,
     StorageError,
     StorageValueTooLarge,
     ValidationFailed,
 )
+from threadline.fetching import FetchPort
 from threadline.ids import IdSource
 from threadline.scheduling import backoff_ms
 from threadline.storage.port import Storage
@@ -129,6 +131,7 @@ class ThreadRuntime:
         incarnation: str | None = None,
         host_lanes: Set[str] = frozenset(),
         env: Environment | None = None,
+        fetch: FetchPort | None = None,
     ) -> None:
         #: Names this runtime's claims; a fresh id per object incarnation.
         self.incarnation = incarnation if incarnation is not None else ids.new_id("inc")
@@ -147,6 +150,8 @@ class ThreadRuntime:
         self.host_lanes = frozenset(host_lanes)
         #: The Worker's environment agents read (:attr:`Turn.env`).
         self.env = env if env is not None else Environment()
+        #: The outbound port agents' ``turn.http`` sends through (None: it refuses).
+        self.fetch = fetch
         #: Aborts requested in this incarnation (see :mod:`threadline.threads.abort_watch`).
         self.aborts = AbortWatch()
         self.ledger = Ledger(storage, gate, clock=clock, ids=ids, config=config,
@@ -262,7 +267,8 @@ class ThreadRuntime:
         turn = Turn(claim, storage=self.storage, gate=self.gate, clock=self.clock,
                     failpoints=self.failpoints, yield_after=yield_after, config=self.config,
                     deadline=deadline, host_lanes=self.host_lanes, agents=self.registry,
-                    join_followups=binding.join_followups, aborts=self.aborts, env=self.env)
+                    join_followups=binding.join_followups, aborts=self.aborts, env=self.env,
+                    fetch=self.fetch)
         try:
             value = await self._bounded(partial(binding.fn, turn), deadline, turn)
         except LeaseLost:
@@ -385,7 +391,7 @@ class ThreadRuntime:
         if isinstance(exc, (NonRetryable, ValidationFailed, *UNFIXABLE)):
             # A refused argument or value is refused again on every retry, and so is code
             # that cannot import or names nothing: fail for good.
-            _logged(claim, exc, retry_at=None)
+            log_failed_attempt(exc, claim.submission, attempt=claim.attempt, retry_at=None)
             return await self._settle(claim, Outcome.FAILED,
                                       error=error_envelope(exc, attempt=claim.attempt))
         if isinstance(exc, Suspend):
@@ -425,10 +431,12 @@ class ThreadRuntime:
         from :meth:`_ended`, after its in-flight check: no uncertain step is in flight."""
         error = error_envelope(exc, attempt=claim.attempt)
         if claim.charged >= self.config.max_attempts:
-            _logged(claim, exc, retry_at=None)
+            log_failed_attempt(exc, claim.submission, attempt=claim.attempt, retry_at=None)
             return await self._settle(claim, Outcome.FAILED, error=error)
         not_before = self.clock.now_ms() + backoff_ms(claim.charged - 1, self.config, self.rng)
-        _logged(claim, exc, retry_at=not_before)
+        if isinstance(exc, RetryAfter):  # outside a step, or past its bounds: as it asked
+            not_before = max(not_before, self.clock.now_ms() + exc.delay_ms)
+        log_failed_attempt(exc, claim.submission, attempt=claim.attempt, retry_at=not_before)
         self._end(lambda: self._release(claim, refund=False, not_before=not_before, error=error))
         return None
 
@@ -570,12 +578,6 @@ class StepLeftInFlight(Exception):
 #: defined, a syntax error): no retry of the same code can succeed, so they fail the
 #: submission at once instead of spending ``max_attempts`` on backoffs.
 UNFIXABLE: tuple[type[BaseException], ...] = (ImportError, NameError, SyntaxError)
-
-
-def _logged(claim: Claim, exc: BaseException, *, retry_at: int | None) -> None:
-    submission = claim.submission
-    log_failed_attempt(exc, agent=submission.agent, submission=submission.id,
-                       thread=submission.thread_id, attempt=claim.attempt, retry_at=retry_at)
 
 
 def _twice(commit: Callable[[], T]) -> T:

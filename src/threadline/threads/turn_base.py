@@ -11,15 +11,23 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable, Container, Set
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from threadline.clock import Clock
 from threadline.config import RuntimeConfig
 from threadline.environment import Environment
-from threadline.errors import Evicted, NonRetryable, StorageValueTooLarge, ValidationFailed
+from threadline.errors import (
+    Evicted,
+    NonRetryable,
+    RetryAfter,
+    StorageValueTooLarge,
+    ValidationFailed,
+)
+from threadline.fetching import FetchPort
 from threadline.storage.port import Storage
-from threadline.threads import journal
+from threadline.threads import journal, waits
 from threadline.threads.abort_watch import AbortRead, AbortWatch
 from threadline.threads.model import (
     JsonValue,
@@ -27,6 +35,7 @@ from threadline.threads.model import (
     StepState,
     Submission,
     SubmissionState,
+    WaitKind,
     check_id,
     decode_json,
     encode_json,
@@ -38,8 +47,10 @@ from threadline.threads.signals import (
     ControlSignal,
     LeaseLost,
     StepInFlight,
+    Suspend,
     YieldNow,
 )
+from threadline.threads.turn_http import TurnHttp
 
 T = TypeVar("T")
 
@@ -60,6 +71,17 @@ MAX_BACKOFF = 1_000.0
 #: other Thread's Attempt.
 PROPAGATES = (ControlSignal, Evicted, asyncio.CancelledError)
 
+#: A :class:`~threadline.RetryAfter` of at most this long is waited inside the Attempt; a
+#: longer one suspends it on a durable timer.
+INLINE_WAIT_MS = 5_000
+#: Bounds of ``RetryPolicy.max_waits`` and ``max_wait_ms``.
+MAX_STEP_WAITS = 100
+MAX_WAIT_MS = 86_400_000
+
+#: The Turn whose step's function is running in this context (tasks it starts inherit it):
+#: what ``turn.http`` checks before it sends anything.
+_RUNNING_STEP: ContextVar[object | None] = ContextVar("threadline_running_step", default=None)
+
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
@@ -68,6 +90,10 @@ class RetryPolicy:
     The default tries once: a failing step fails the Attempt, and the submission's own retry
     policy (``RuntimeConfig.max_attempts`` with backoff) takes over. Exceptions of a type in
     ``non_retryable`` (and :class:`~threadline.NonRetryable`) are never retried here.
+
+    A :class:`~threadline.RetryAfter` raised by the function is no failed try: the step waits
+    as it asks and runs again, at most ``max_waits`` times (0 to 100) and only for a wait of
+    at most ``max_wait_ms`` (up to a day); past either bound it counts as a failed try.
     """
 
     max_attempts: int = 1
@@ -75,6 +101,8 @@ class RetryPolicy:
     backoff: float = 2.0
     max_delay_ms: int = 60_000
     non_retryable: tuple[type[BaseException], ...] = field(default=())
+    max_waits: int = 10
+    max_wait_ms: int = 3_600_000
 
     def __post_init__(self) -> None:
         if not _is_int(self.max_attempts) or not 1 <= self.max_attempts <= MAX_STEP_TRIES:
@@ -94,6 +122,14 @@ class RetryPolicy:
             for kind in self.non_retryable
         ):
             raise ValueError("non_retryable must be a tuple of exception types")
+        if not _is_int(self.max_waits) or not 0 <= self.max_waits <= MAX_STEP_WAITS:
+            raise ValueError(f"max_waits must be an int from 0 to {MAX_STEP_WAITS}")
+        if not _is_int(self.max_wait_ms) or not 0 <= self.max_wait_ms <= MAX_WAIT_MS:
+            raise ValueError(f"max_wait_ms must be an int from 0 to {MAX_WAIT_MS}")
+
+    def waits_for(self, asked: RetryAfter, waited: int) -> bool:
+        """Whether a step that already waited ``waited`` times waits as ``asked`` once more."""
+        return waited < self.max_waits and asked.delay_ms <= self.max_wait_ms
 
     def retries(self, exc: Exception, tried: int) -> bool:
         """Whether a step that raised ``exc`` on try number ``tried`` is tried again."""
@@ -112,6 +148,11 @@ class RetryPolicy:
                 break
             delay *= self.backoff
         return int(min(delay, self.max_delay_ms))
+
+
+def _wait_key(step_key: str, number: int) -> str:
+    """The timer of a step's ``number``-th durable ``RetryAfter`` wait."""
+    return f"{step_key}~retry_after#{number}"
 
 
 def _is_int(value: object) -> bool:
@@ -161,9 +202,11 @@ class TurnBase:
         join_followups: bool = False,
         aborts: AbortWatch | None = None,
         env: Environment | None = None,
+        fetch: FetchPort | None = None,
     ) -> None:
         self._claim = claim
         self._env = env if env is not None else Environment()
+        self._http = TurnHttp(fetch, lambda: _RUNNING_STEP.get() is self, clock)
         # Aborts this incarnation requested: a check reads the intent only when one was.
         self._aborts = aborts if aborts is not None else AbortWatch()
         self._abort = claim.abort if claim.abort is not None else AbortRead(-1, False)
@@ -197,6 +240,14 @@ class TurnBase:
         it into a step's arguments only if it may be stored.
         """
         return self._env
+
+    @property
+    def http(self) -> TurnHttp:
+        """The object's HTTP client for this Turn's steps (see
+        :class:`~threadline.threads.turn_http.TurnHttp`): ``await turn.http.post(url,
+        json=...)`` inside a step's function; refused outside one, where its answer would not
+        be journaled."""
+        return self._http
 
     @property
     def input(self) -> JsonValue:
@@ -334,23 +385,27 @@ class TurnBase:
         Attempt's wall bound is not started: the step fails with its last error instead.
         """
         tried = 0
+        waited: int | None = None
         while True:
             tried += 1
             try:
-                value = fn()
-                if inspect.isawaitable(value):
-                    value = await value
-                return value
-            except Exception as exc:
-                retrying = policy.retries(exc, tried)
-                if retrying:
-                    wake = self._clock.now_ms() + policy.delay_ms(tried)
-                    in_time = self._deadline is None or wake < self._deadline
-                    retrying = in_time and not self.aborted
-                    if retrying:
-                        await self._clock.sleep_until(wake)
-                        retrying = not self.aborted
-                if retrying:
+                return await self._call(fn)
+            except BaseException as exc:
+                if isinstance(exc, RetryAfter):
+                    if waited is None:
+                        waited = self._waits_before(key)
+                    if policy.waits_for(exc, waited):
+                        waited += 1
+                        tried -= 1
+                        await self._wait_as_asked(exc, key, position, effect, waited)
+                        continue
+                if not isinstance(exc, Exception):
+                    # A foreign BaseException also means the function returned control; a
+                    # signal, an eviction or a cancellation leaves it in flight.
+                    if effect is StepEffect.UNCERTAIN and not isinstance(exc, PROPAGATES):
+                        self._record_failure(key, position, effect, exc)
+                    raise
+                if policy.retries(exc, tried) and await self._paused(policy, tried):
                     continue
                 if effect is StepEffect.UNCERTAIN:
                     # It returned control, so it is no longer in flight: not Unknown.
@@ -358,12 +413,53 @@ class TurnBase:
                 if self.aborted:
                     raise AbortObserved(self.submission_id) from exc
                 raise
-            except BaseException as exc:
-                # A foreign BaseException also means the function returned control; a signal,
-                # an eviction or a cancellation leaves it in flight.
-                if effect is StepEffect.UNCERTAIN and not isinstance(exc, PROPAGATES):
-                    self._record_failure(key, position, effect, exc)
-                raise
+
+    async def _call(self, fn: Callable[[], Any]) -> Any:
+        """Call a step's function, marked as running in a step of this Turn for ``http``."""
+        marked = _RUNNING_STEP.set(self)
+        try:
+            value = fn()
+            if inspect.isawaitable(value):
+                value = await value
+            return value
+        finally:
+            _RUNNING_STEP.reset(marked)
+
+    async def _paused(self, policy: RetryPolicy, tried: int) -> bool:
+        """Pause before try ``tried + 1``; False (no pause) when it would end past the
+        Attempt's wall bound or an abort was accepted, before or during it."""
+        wake = self._clock.now_ms() + policy.delay_ms(tried)
+        if (self._deadline is not None and wake >= self._deadline) or self.aborted:
+            return False
+        await self._clock.sleep_until(wake)
+        return not self.aborted
+
+    async def _wait_as_asked(
+        self, asked: RetryAfter, key: str, position: int, effect: StepEffect, waited: int
+    ) -> None:
+        """Wait as a ``RetryAfter`` asks before the step's function runs again: in the
+        Attempt when the wait is short and ends within its bound, else on a durable timer
+        (the Attempt suspends; the submission runs again once it is due, and the step, not
+        finished, calls its function again)."""
+        wake = self._clock.now_ms() + asked.delay_ms
+        if asked.delay_ms <= INLINE_WAIT_MS and (self._deadline is None or wake < self._deadline):
+            await self._clock.sleep_until(wake)
+            if self.aborted:
+                raise AbortObserved(self.submission_id) from asked
+            return
+        if effect is StepEffect.UNCERTAIN:
+            # The provider refused the call, so it is not in flight while the timer runs.
+            self._record_failure(key, position, effect, asked)
+        raise Suspend(WaitKind.TIMER, _wait_key(key, waited), wake_at=wake) from asked
+
+    def _waits_before(self, key: str) -> int:
+        """How many durable ``RetryAfter`` timers the step ``key`` waited on in earlier
+        Attempts: their keys are numbered from 1, so the first number not found ends it."""
+        waited = 0
+        while waits.find(self._storage, self.submission_id, WaitKind.TIMER,
+                         _wait_key(key, waited + 1)) is not None:
+            waited += 1
+        return waited
 
     # -- plumbing ----------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ def _readme_app() -> Application:
         and "@app.subscriber" not in block  # the Subscribers section's own, likewise
         and "turn.env" not in block  # the Secrets and bindings section's own, likewise
         and "turn.history" not in block  # the An agent's context section's own, likewise
+        and "turn.http" not in block  # the Calling a model section's own, likewise
     ]
     assert len(agent_blocks) == 1, "README should show exactly one agent"
     namespace: dict[str, Any] = {}

@@ -11,6 +11,7 @@ JavaScript stand-in for a Queue binding.
 from __future__ import annotations
 
 import json
+import time
 from types import SimpleNamespace
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -61,6 +62,29 @@ async def recalls(turn: threadline.Turn) -> list[Any]:
     await turn.emit({"text": "remember me"}, kind="note")
     await turn.emit({"text": "not this"}, kind="other")
     return [[r.seq, r.kind, r.body] for r in await turn.history(kinds=["note"], limit=5)]
+
+
+@app.agent("streams_http")
+async def streams_http(turn: threadline.Turn) -> dict[str, Any]:
+    """Reads a streamed answer of the receiver through ``turn.http`` in a step: each line and
+    the milliseconds since the first one came, so the test sees whether they came apart."""
+    base = URL.rsplit("/", 1)[0]
+
+    async def call() -> list[Any]:
+        lines: list[Any] = []
+        first: float | None = None
+        async with turn.http.stream("POST", base + turn.input["path"], json={"stream": True},
+                                    headers={"authorization": "Bearer probe"},
+                                    timeout=20) as answer:
+            await answer.raise_for_status()
+            async for line in answer.aiter_lines():
+                now = time.time()
+                first = now if first is None else first
+                if line:
+                    lines.append([line, round((now - first) * 1000)])
+        return lines
+
+    return {"lines": await turn.step("model", call), "attempt": turn.attempt}
 
 
 @app.agent("refuses")
