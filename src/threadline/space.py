@@ -181,6 +181,7 @@ class Space:
                 due_queue=self.scheduler.due_queue, publication=self.publication,
             ),
             changes=self.scheduler.gate,
+            live=self.runtime.live,
             operators=SubscriberOperations(
                 storage, gate, self.clock, self.publication, self.scheduler.due_queue),
         )

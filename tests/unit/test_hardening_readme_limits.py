@@ -13,6 +13,8 @@ from threadline.maintenance.lanes import MAX_DISPATCH_TIMEOUT_MS, MIN_DISPATCH_T
 from threadline.threads.decisions import MAX_ABORT_REASON_CHARS
 from threadline.threads.model import ID_PATTERN, MAX_ERROR_MESSAGE_CHARS
 from threadline.threads.turn import KIND_PATTERN, MAX_SLEEP_SECONDS
+from threadline.threads.turn_base import INLINE_WAIT_MS, RetryPolicy
+from threadline.threads.turn_http import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT_S
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 _ROW = re.compile(r"^\| `([^`]+)` \| `([^`]+)` \|", re.MULTILINE)
@@ -41,6 +43,11 @@ def expected() -> dict[str, str]:
         "ID_PATTERN": ID_PATTERN,
         "MAX_ERROR_MESSAGE_CHARS": str(MAX_ERROR_MESSAGE_CHARS),
         "DEFAULT_BATCH_BYTES": str(DEFAULT_BATCH_BYTES),
+        "DEFAULT_MAX_BYTES": str(DEFAULT_MAX_BYTES),
+        "DEFAULT_TIMEOUT_S": f"{DEFAULT_TIMEOUT_S:g}",
+        "INLINE_WAIT_MS": str(INLINE_WAIT_MS),
+        "RetryPolicy.max_waits": str(RetryPolicy().max_waits),
+        "RetryPolicy.max_wait_ms": str(RetryPolicy().max_wait_ms),
     })
     return documented
 

@@ -34,12 +34,14 @@ PUBLIC: dict[str, list[str]] = {
     ],
     "threadline.testing": [
         "DEFAULT_MAX_PASSES", "AlarmInvariantError", "Crash", "Delivery", "DeliveryFailure",
-        "Effects", "FakeAnswer", "FakeFetch", "HungTarget", "QuiescenceError", "SettlementLog",
+        "Effects", "FakeAnswer", "FakeFetch", "FakeProvider", "HungTarget", "QuiescenceError",
+        "Refusal", "SettlementLog",
         "SimulatedDeployment", "SimulatedObject",
         "StatementFailure", "ThreadHarness", "alarm_invariant_problem", "is_eviction",
     ],
     "threadline.client": [
-        "AsyncClient", "Client", "ThreadEvent", "WaitTimeout", "raise_for_problem",
+        "AsyncClient", "Client", "StreamedText", "ThreadEvent", "WaitTimeout",
+        "raise_for_problem",
     ],
     "threadline.access": [
         "ALL_CAPABILITIES", "DEFAULT_SKEW", "INTERNAL_HEADER_PREFIX", "MAX_LINEAGE",

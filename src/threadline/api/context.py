@@ -20,6 +20,7 @@ from threadline.scheduling import DueQueue
 from threadline.storage.port import Storage
 from threadline.threads.agents import AgentRegistry
 from threadline.threads.ledger import Ledger
+from threadline.threads.live_text import LiveStreams
 
 
 class MaintenanceSources(Protocol):
@@ -166,6 +167,8 @@ class ApiContext:
     subscribers: Subscribers = field(default_factory=Subscribers)
     #: Slots of the event streams open on this object, against the configured caps.
     streams: StreamSlots = field(default_factory=StreamSlots)
+    #: The text agents stream right now, read by the event streams.
+    live: LiveStreams = field(default_factory=LiveStreams)
     #: The space's revoked tokens (None: built from ``storage`` and ``clock``).
     revocations: Revocations = None  # type: ignore[assignment]
 

@@ -14,6 +14,15 @@ Two kinds of events, chosen so that resuming is exact:
 - ``event: horizon`` — the records after the resume point up to ``first_kept - 1`` were
   deleted by retention (``RuntimeConfig.retention_ms``): ``{"after", "first_kept"}``, sent
   right before the record ``first_kept``. It carries no ``id:``; the records that follow do.
+- ``event: stream`` — text an agent streams (``turn.stream``), as it is written: ``{"stream",
+  "kind", "submission_id", "state"}`` plus, while ``open``, ``offset`` (characters of the text
+  before this delta) and ``text`` (the delta); the first event of a stream on a connection
+  has offset 0 and all the text so far, so a client that connects or reconnects mid-stream
+  starts from what was written. It ends with ``closed`` (``seq``: the record holding the whole
+  text, sent before it) or ``abandoned`` (the Attempt's try ended without it; nothing of it is
+  stored, and a retry streams under a new id). No ``id:``, like ``submission``: a stream lives
+  in the object's memory only, and a client that resumes gets the record once it is written.
+  Deltas written between two wakes of a connection go out as one event.
 - ``event: submission`` — a submission's state changed (admitted, started, suspended, settled,
   ...). It carries NO ``id:`` field, so it never moves the client's Last-Event-ID (the SSE
   rule: an event without an id keeps the last one). These are live notifications, sampled:
@@ -55,6 +64,7 @@ from threadline.api.problems import InvalidHeader, typed_problem
 from threadline.api.stream_slots import Refusal, SlotStream, retry_after_s
 from threadline.errors import NotFound, ValidationFailed
 from threadline.threads import history, views
+from threadline.threads.live_text import LiveState
 from threadline.threads.model import decode_json
 
 EVENT_STREAM = "text/event-stream"
@@ -76,6 +86,11 @@ STREAM_DESCRIPTION = (
     "`event: horizon` (no `id:`), `{after, first_kept}`: the records after the resume point "
     "up to `first_kept - 1` were deleted by retention (`retention_ms`); it comes right before "
     "the record `first_kept`, so a resume from before the kept records is never a silent gap. "
+    "`event: stream` (no `id:`) carries text an agent streams, as written: "
+    "`{stream, kind, submission_id, state}`, with `offset` and `text` (the delta) while "
+    "`open` (a connection's first event of a stream has offset 0 and the text so far); it ends "
+    "`closed` with the `seq` of the record holding the whole text (sent before it), or "
+    "`abandoned` (nothing was stored; a retry streams under a new id). "
     "`event: submission` carries a submission's state (`id`, `seq`, `state`, `outcome`, "
     "`attempts`, `revision`) WITHOUT an `id:` field, so it never moves Last-Event-ID: each "
     "connection opens with the current state of the open submissions, then sends each change "
@@ -87,6 +102,7 @@ STREAM_DESCRIPTION = (
     "`too-many-streams`, both with `Retry-After` (seconds)."
 )
 RECORD_EVENT = "record"
+STREAM_EVENT = "stream"
 SUBMISSION_EVENT = "submission"
 HORIZON_EVENT = "horizon"
 HEARTBEAT = b": keep-alive\n\n"
@@ -142,6 +158,8 @@ class _Follower:
         self.thread_id = thread_id
         self.last_seq = after
         self.seen: dict[str, int] = {}
+        #: Characters of each live stream this connection has sent.
+        self.sent: dict[str, int] = {}
 
     def records(self) -> tuple[list[bytes], bool]:
         """The next page of records after the last one sent, in seq order, and whether more
@@ -157,6 +175,33 @@ class _Follower:
             out.append(_record(row))
             self.last_seq = int(str(row["seq"]))
         return out, page.more
+
+    def streams(self) -> list[bytes]:
+        """What the Thread's live streams wrote since this connection last looked: one event
+        per stream with its new text, and the end of each stream it followed (a closed one's
+        only once its record went out). Memory only: no storage read."""
+        out: list[bytes] = []
+        for entry in self.ctx.live.snapshot(self.thread_id):
+            head = {"stream": entry.id, "kind": entry.kind, "submission_id": entry.submission_id}
+            if entry.state is LiveState.OPEN:
+                sent = self.sent.get(entry.id)
+                text = entry.text()
+                if sent is None or len(text) > sent:
+                    offset = sent or 0
+                    out.append(frame(STREAM_EVENT, {**head, "state": "open", "offset": offset,
+                                                    "text": text[offset:]}))
+                    self.sent[entry.id] = len(text)
+                continue
+            if entry.id not in self.sent:
+                continue  # never followed here: a closed one's record says it all
+            if entry.state is LiveState.CLOSED and (entry.seq or 0) > self.last_seq:
+                continue  # its record first
+            del self.sent[entry.id]
+            end: dict[str, Any] = {**head, "state": entry.state.value, "length": entry.length}
+            if entry.seq is not None:
+                end["seq"] = entry.seq
+            out.append(frame(STREAM_EVENT, end))
+        return out
 
     def states(self) -> list[bytes]:
         """A ``submission`` event for each submission whose revision moved since last sent."""
@@ -189,12 +234,20 @@ async def stream(ctx: ApiContext, thread_id: str, after: int) -> AsyncIterator[b
     interval = ctx.config.sse_heartbeat_ms
     try:
         heartbeat_at = ctx.clock.now_ms() + interval
+        stored = True
         while True:
-            # Taken before reading: a commit after the read moves it, so the wait returns.
+            # Both taken before reading: a commit or a delta after the read moves them, so
+            # the wait returns.
             revision = subscription.revision
-            chunks, more = follower.records()
+            written = ctx.live.version(thread_id)
+            chunks: list[bytes] = []
+            more = False
+            if stored:
+                chunks, more = follower.records()
+                if not more:
+                    chunks += follower.states()
             if not more:
-                chunks += follower.states()
+                chunks += follower.streams()
             for chunk in chunks:
                 yield chunk
             if chunks:
@@ -202,9 +255,12 @@ async def stream(ctx: ApiContext, thread_id: str, after: int) -> AsyncIterator[b
             if more:
                 # Catching up: the next page is read once this one has been taken.
                 continue
-            if not await subscription.wait(revision, heartbeat_at):
+            stored, streamed = await subscription.wait_either(
+                revision, heartbeat_at, ctx.live.changed(thread_id, written))
+            if not stored and not streamed:
                 yield HEARTBEAT
                 heartbeat_at = ctx.clock.now_ms() + interval
+                stored = True
     finally:
         subscription.close()
 
@@ -249,6 +305,7 @@ __all__ = [
     "HORIZON_EVENT",
     "RECORD_EVENT",
     "STREAM_DESCRIPTION",
+    "STREAM_EVENT",
     "SUBMISSION_EVENT",
     "events",
     "frame",

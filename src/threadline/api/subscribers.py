@@ -59,6 +59,25 @@ class Subscription:
                         await task
         return change in done
 
+    async def wait_either(
+        self, revision: int, until_ms: int, other: asyncio.Future[None]
+    ) -> tuple[bool, bool]:
+        """Sleep until the feed moves past ``revision``, ``other`` resolves, or the clock
+        reaches ``until_ms``: (the feed moved, ``other`` resolved); both False on the deadline.
+        Whatever did not finish is cancelled, ``other`` included."""
+        change = asyncio.ensure_future(self._feed.await_change(revision))
+        deadline = asyncio.ensure_future(self._clock.sleep_until(until_ms))
+        try:
+            done, _ = await asyncio.wait({change, deadline, other},
+                                         return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (change, deadline, other):
+                if not task.done():
+                    task.cancel()
+                    with suppress(asyncio.CancelledError):
+                        await task
+        return change in done, other in done
+
     def close(self) -> None:
         """Leave the set of open subscriptions; closing twice changes nothing."""
         self._owner.discard(self)

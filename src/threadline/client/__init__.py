@@ -12,5 +12,8 @@ from threadline.client.clients import (
     WaitTimeout,
     raise_for_problem,
 )
+from threadline.client.event_stream import StreamedText
 
-__all__ = ["AsyncClient", "Client", "ThreadEvent", "WaitTimeout", "raise_for_problem"]
+__all__ = [
+    "AsyncClient", "Client", "StreamedText", "ThreadEvent", "WaitTimeout", "raise_for_problem",
+]

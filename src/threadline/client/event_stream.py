@@ -26,8 +26,8 @@ from httpx_sse import ServerSentEvent, aconnect_sse, connect_sse
 
 from threadline.api.models import HistoryRecord
 
-EventKind = Literal["record", "submission", "horizon"]
-_KINDS: frozenset[str] = frozenset({"record", "submission", "horizon"})
+EventKind = Literal["record", "submission", "horizon", "stream"]
+_KINDS: frozenset[str] = frozenset({"record", "submission", "horizon", "stream"})
 #: The longest wait a ``Retry-After`` gets: a server asking for more is asked again sooner.
 MAX_RETRY_AFTER_S = 60.0
 #: Statuses whose ``Retry-After`` means "busy now, ask again then".
@@ -41,8 +41,11 @@ class ThreadEvent:
     ``kind`` is ``record`` (a record of the Thread's log; ``seq`` is its seq) or
     ``submission`` (a submission's state: ``id``, ``seq``, ``state``, ``outcome``,
     ``attempts``, ``revision``; ``seq`` is None) or ``horizon`` (``{after, first_kept}``: the
-    records before ``first_kept`` were deleted by the space's retention; ``seq`` is None).
-    ``data`` is the event's JSON.
+    records before ``first_kept`` were deleted by the space's retention; ``seq`` is None) or
+    ``stream`` (text an agent streams: ``{stream, kind, submission_id, state}`` with ``offset``
+    and ``text`` while ``open``, ``seq`` of its record once ``closed``, or ``abandoned``; ``seq``
+    is None; :class:`StreamedText` folds them into each stream's text). ``data`` is the
+    event's JSON.
 
     A record's own ``kind`` (``record().kind``) is what an agent emitted (``record`` by
     default) or one of the runtime's facts (:mod:`threadline.threads.records`):
@@ -74,7 +77,36 @@ def _event(sse: ServerSentEvent) -> ThreadEvent | None:
         return ThreadEvent("record", int(data["seq"]), data)
     if sse.event == "horizon":
         return ThreadEvent("horizon", None, data)
+    if sse.event == "stream":
+        return ThreadEvent("stream", None, data)
     return ThreadEvent("submission", None, data)
+
+
+class StreamedText:
+    """Folds a Thread's ``stream`` events into the text of each stream, as it grows.
+
+    ``apply(event)`` takes any event and returns the text of the stream it is about (None for
+    other events). A delta is placed at its ``offset``, so the text so far that a reconnected
+    stream sends again replaces rather than repeats. ``open`` lists the streams still being
+    written; a closed one's text is in its record (``seq``), an abandoned one's is dropped.
+    """
+
+    def __init__(self) -> None:
+        #: The text so far of each stream being written, by stream id.
+        self.open: dict[str, str] = {}
+
+    def apply(self, event: ThreadEvent) -> str | None:
+        """Take ``event``; the text of its stream after it, or None if it is no stream's."""
+        if event.kind != "stream":
+            return None
+        stream = str(event.data["stream"])
+        if event.data.get("state") != "open":
+            return self.open.pop(stream, "")
+        before = self.open.get(stream, "")
+        offset = int(event.data.get("offset", 0))
+        text = before[:offset] + str(event.data.get("text", ""))
+        self.open[stream] = text
+        return text
 
 
 def _headers(last_seq: int | None) -> dict[str, str]:
@@ -229,6 +261,7 @@ async def aiter_events(
 __all__ = [
     "MAX_RETRY_AFTER_S",
     "EventKind",
+    "StreamedText",
     "ThreadEvent",
     "aiter_events",
     "iter_events",

@@ -60,7 +60,6 @@ from threadline.errors import (
     AttemptTimeout,
     Evicted,
     NonRetryable,
-    RetryableAgentError,
     RetryAfter,
     StorageError,
     StorageValueTooLarge,
@@ -73,8 +72,10 @@ from threadline.storage.port import Storage
 from threadline.threads import history, journal, transitions, waits
 from threadline.threads.abort_watch import AbortRead, AbortWatch
 from threadline.threads.agents import AgentBinding, AgentRegistry, binding_registry_key
+from threadline.threads.attempt_errors import UNFIXABLE, AgentCancelled, StepLeftInFlight
 from threadline.threads.failure_log import log_failed_attempt
 from threadline.threads.ledger import Ledger
+from threadline.threads.live_text import LiveStreams
 from threadline.threads.model import (
     CLAIMABLE,
     AbortState,
@@ -152,6 +153,8 @@ class ThreadRuntime:
         self.env = env if env is not None else Environment()
         #: The outbound port agents' ``turn.http`` sends through (None: it refuses).
         self.fetch = fetch
+        #: The text agents stream right now (``turn.stream``), for the Thread's readers.
+        self.live = LiveStreams()
         #: Aborts requested in this incarnation (see :mod:`threadline.threads.abort_watch`).
         self.aborts = AbortWatch()
         self.ledger = Ledger(storage, gate, clock=clock, ids=ids, config=config,
@@ -268,7 +271,7 @@ class ThreadRuntime:
                     failpoints=self.failpoints, yield_after=yield_after, config=self.config,
                     deadline=deadline, host_lanes=self.host_lanes, agents=self.registry,
                     join_followups=binding.join_followups, aborts=self.aborts, env=self.env,
-                    fetch=self.fetch)
+                    fetch=self.fetch, live=self.live)
         try:
             value = await self._bounded(partial(binding.fn, turn), deadline, turn)
         except LeaseLost:
@@ -558,26 +561,6 @@ class ThreadRuntime:
             return Settlement(item.submission_id, item.thread_id, outcome, None, error)
 
         return commit_fact(self.gate, write, (NATIVE, PUBLICATION))
-
-
-class AgentCancelled(RetryableAgentError):
-    """The agent's code raised ``CancelledError`` although nothing cancelled its Attempt."""
-
-    def __init__(self) -> None:
-        super().__init__("the agent raised CancelledError without its Attempt being cancelled")
-
-
-class StepLeftInFlight(Exception):
-    """The agent returned while one of its uncertain steps was still in flight."""
-
-    def __init__(self) -> None:
-        super().__init__("the agent returned before an uncertain step's result was journaled")
-
-
-#: Errors of the deployed code itself (a module that does not import, a name that is not
-#: defined, a syntax error): no retry of the same code can succeed, so they fail the
-#: submission at once instead of spending ``max_attempts`` on backoffs.
-UNFIXABLE: tuple[type[BaseException], ...] = (ImportError, NameError, SyntaxError)
 
 
 def _twice(commit: Callable[[], T]) -> T:

@@ -33,6 +33,7 @@ from threadline.threads import (
     waits,
 )
 from threadline.threads.followups import MAX_FOLLOWUPS, Followup
+from threadline.threads.live_text import LiveText
 from threadline.threads.model import (
     MAX_SLEEP_SECONDS,
     ApprovalDecision,
@@ -51,6 +52,7 @@ from threadline.threads.ports import DELAYED, MESSAGES, PUBLICATION
 from threadline.threads.records import Record
 from threadline.threads.signals import Suspend
 from threadline.threads.turn_base import RetryPolicy, TurnBase, checked
+from threadline.threads.turn_stream import TextStream
 
 EMIT_COMMITTED = "emit:committed"
 FOLLOWUPS_JOINED = "followups:joined"
@@ -73,14 +75,20 @@ class Turn(TurnBase):
     async def emit(self, record: JsonValue, *, kind: str = "record") -> str:
         """Append ``record`` to the Thread's log; returns its id.
 
-        The record and the publication-lane enrollment commit in one transaction. On
-        replay the record is found by its id and not appended again. ``kind`` matches
+        Outside a step the record and the publication-lane enrollment commit in one
+        transaction, and on replay the record is found by its id and not appended again.
+        Inside a step's function the record belongs to that try of the step: it commits with
+        the step's journal entry, and a try that fails (or never finishes) stores nothing,
+        so a retry's records are its own, never taken for the failed try's. ``kind`` matches
         ``KIND_PATTERN`` and does not start with a reserved prefix (``submission.``,
         ``approval.``, ``threadline.``: the runtime's own records); ``record`` fits
         ``max_value_bytes`` and ``max_json_depth``. Otherwise ``ValidationFailed`` fails the
         Attempt for good.
         """
         checked(lambda: check_kind(kind))
+        running = self._running_try()
+        if running is not None:
+            return running.add(kind, self._encode_or_fail(record, field="record"))
         record_id = f"{self.submission_id}:{self._key('emit')}"
         self._next_position()
         if record_id in self._logged():
@@ -99,6 +107,34 @@ class Turn(TurnBase):
         self._logged().add(record_id)
         await self._failpoints.reached(EMIT_COMMITTED)
         return record_id
+
+    def stream(
+        self, *, kind: str = "message", meta: dict[str, JsonValue] | None = None
+    ) -> TextStream:
+        """``async with turn.stream(kind="message") as s: await s.write(delta)`` inside a
+        step's function: each delta reaches the Thread's open event streams as it is written
+        (an ``event: stream`` with the stream's id and offset), nothing is stored per delta,
+        and leaving the block adds ONE record of ``kind`` with the whole text
+        (``{"text", "stream", **meta}``) that commits with the step. A reader that connects
+        mid-stream gets the text so far, then the deltas. A try that fails, or an Attempt
+        lost or ended before the step commits, abandons the stream (its readers are told,
+        nothing is stored), and the retry streams under a new id: two tries' text never
+        mixes. Outside a step ``ValidationFailed`` fails the Attempt for good."""
+        checked(lambda: check_kind(kind))
+        running = self._running_try()
+        if running is None:
+            raise ValidationFailed(
+                "turn.stream is used inside a step (await turn.step(name, call)): its record "
+                "commits with the step", field="stream")
+        if meta is not None and not isinstance(meta, dict):
+            raise ValidationFailed("meta must be a dict of JSON values", field="meta")
+        self._streams_opened += 1
+        entry = LiveText(f"{self.submission_id}.{self._claim.revision}.{self._streams_opened}",
+                         self.thread_id, self.submission_id, kind)
+        running.streams.append(entry)
+        self._live.open(entry)
+        return TextStream(self._live, entry, running, encode=self._encode_or_fail,
+                          max_bytes=self._config.max_value_bytes, meta=dict(meta or {}))
 
     def _logged(self) -> set[str]:
         """The ids of the submission's records in the log: read once per Attempt (the log

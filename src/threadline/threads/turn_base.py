@@ -29,6 +29,8 @@ from threadline.fetching import FetchPort
 from threadline.storage.port import Storage
 from threadline.threads import journal, waits
 from threadline.threads.abort_watch import AbortRead, AbortWatch
+from threadline.threads.history import append_history
+from threadline.threads.live_text import LiveState, LiveStreams
 from threadline.threads.model import (
     JsonValue,
     StepEffect,
@@ -41,7 +43,7 @@ from threadline.threads.model import (
     encode_json,
     error_envelope,
 )
-from threadline.threads.ports import Failpoints, MutationGate, commit_fact
+from threadline.threads.ports import PUBLICATION, Failpoints, MutationGate, commit_fact
 from threadline.threads.signals import (
     AbortObserved,
     ControlSignal,
@@ -51,6 +53,7 @@ from threadline.threads.signals import (
     YieldNow,
 )
 from threadline.threads.turn_http import TurnHttp
+from threadline.threads.turn_stream import StepTry
 
 T = TypeVar("T")
 
@@ -78,9 +81,12 @@ INLINE_WAIT_MS = 5_000
 MAX_STEP_WAITS = 100
 MAX_WAIT_MS = 86_400_000
 
-#: The Turn whose step's function is running in this context (tasks it starts inherit it):
-#: what ``turn.http`` checks before it sends anything.
-_RUNNING_STEP: ContextVar[object | None] = ContextVar("threadline_running_step", default=None)
+#: The try of a step whose function is running in this context (tasks it starts inherit it):
+#: what ``turn.http`` checks before it sends anything, and where ``emit`` and ``stream`` put
+#: their records until the step commits.
+_RUNNING_STEP: ContextVar[StepTry | None] = ContextVar("threadline_running_step", default=None)
+#: A step's try may hold records of this many times ``max_value_bytes`` together.
+STEP_RECORD_BYTES_FACTOR = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,10 +209,14 @@ class TurnBase:
         aborts: AbortWatch | None = None,
         env: Environment | None = None,
         fetch: FetchPort | None = None,
+        live: LiveStreams | None = None,
     ) -> None:
         self._claim = claim
         self._env = env if env is not None else Environment()
-        self._http = TurnHttp(fetch, lambda: _RUNNING_STEP.get() is self, clock)
+        self._http = TurnHttp(fetch, lambda: self._running_try() is not None, clock)
+        #: The object's streams in flight (``turn.stream``), and how many this Turn opened.
+        self._live = live if live is not None else LiveStreams()
+        self._streams_opened = 0
         # Aborts this incarnation requested: a check reads the intent only when one was.
         self._aborts = aborts if aborts is not None else AbortWatch()
         self._abort = claim.abort if claim.abort is not None else AbortRead(-1, False)
@@ -348,28 +358,54 @@ class TurnBase:
             self._write(lambda: self._journal(key, position, effect, StepState.STARTED))
             self._unsettled.add(key)
         await self._failpoints.reached(STEP_STARTED)
-        value = await self._run(fn, key, position, effect, retry or RetryPolicy())
+        value, done = await self._run(fn, key, position, effect, retry or RetryPolicy())
         try:
-            value_json = self._encode(value, field=f"step {name!r} value")
-        except ValidationFailed as exc:
-            failure = NonRetryable(exc.message)
-            if effect is StepEffect.UNCERTAIN:
-                # It returned, so it is no longer in flight, even though its value is lost.
-                self._record_failure(key, position, effect, failure)
-            raise failure from exc
-        # If this write fails the step stays in flight: an uncertain one then becomes an
-        # Unknown Outcome (the runtime sees its `started` entry), never a second run. Only
-        # storage refusing the value as too large is final, like the configured limit above.
-        try:
-            self._write(lambda: self._journal(
-                key, position, effect, StepState.FINISHED, value_json=value_json))
-            self._unsettled.discard(key)
-        except NonRetryable as refused:
-            if effect is StepEffect.UNCERTAIN:
-                self._record_failure(key, position, effect, refused)
+            try:
+                value_json = self._encode(value, field=f"step {name!r} value")
+            except ValidationFailed as exc:
+                failure = NonRetryable(exc.message)
+                if effect is StepEffect.UNCERTAIN:
+                    # It returned, so it is no longer in flight, even though its value is lost.
+                    self._record_failure(key, position, effect, failure)
+                raise failure from exc
+            # If this write fails the step stays in flight: an uncertain one then becomes an
+            # Unknown Outcome (the runtime sees its `started` entry), never a second run. Only
+            # storage refusing the value as too large is final, like the configured limit.
+            try:
+                seqs = self._commit_step(done, key, position, effect, value_json)
+                self._unsettled.discard(key)
+            except NonRetryable as refused:
+                if effect is StepEffect.UNCERTAIN:
+                    self._record_failure(key, position, effect, refused)
+                raise
+        except BaseException:
+            done.abandon(self._live)
             raise
+        for record, seq in zip(done.records, seqs, strict=True):
+            if record.stream is not None:
+                self._live.finish(record.stream, LiveState.CLOSED, seq)
+        done.abandon(self._live)  # one opened and never closed (no ``async with``) ends here
         await self._failpoints.reached(STEP_FINISHED)
         return decode_json(value_json)
+
+    def _commit_step(
+        self, done: StepTry, key: str, position: int, effect: StepEffect, value_json: str
+    ) -> list[int]:
+        """Journal the step finished and append the records its try made, in one commit
+        (a new fact for the publication lane when there are any); their seqs, in order."""
+        seqs: list[int] = []
+
+        def write() -> None:
+            self._journal(key, position, effect, StepState.FINISHED, value_json=value_json)
+            now = self._clock.now_ms()
+            seqs[:] = [append_history(self._storage, record_id=record.record_id,
+                                      thread_id=self.thread_id,
+                                      submission_id=self.submission_id, kind=record.kind,
+                                      body_json=record.body_json, now=now)
+                       for record in done.records]
+
+        self._write(write, lanes=(PUBLICATION,) if done.records else ())
+        return seqs
 
     async def _run(
         self,
@@ -378,8 +414,9 @@ class TurnBase:
         position: int,
         effect: StepEffect,
         policy: RetryPolicy,
-    ) -> Any:
-        """Call ``fn`` until it returns or ``policy`` stops retrying it.
+    ) -> tuple[Any, StepTry]:
+        """Call ``fn`` until it returns or ``policy`` stops retrying it: its value, and the
+        try that returned it (with the records it made, for the step's commit).
 
         Before each retry the abort intent is read again, and a pause that would end past the
         Attempt's wall bound is not started: the step fails with its last error instead.
@@ -388,9 +425,13 @@ class TurnBase:
         waited: int | None = None
         while True:
             tried += 1
+            attempt = StepTry(self, self.submission_id, key,
+                              STEP_RECORD_BYTES_FACTOR * self._config.max_value_bytes)
             try:
-                return await self._call(fn)
+                return await self._call(fn, attempt), attempt
             except BaseException as exc:
+                # A try that raised commits nothing: its records go, its streams end.
+                attempt.abandon(self._live)
                 if isinstance(exc, RetryAfter):
                     if waited is None:
                         waited = self._waits_before(key)
@@ -414,9 +455,10 @@ class TurnBase:
                     raise AbortObserved(self.submission_id) from exc
                 raise
 
-    async def _call(self, fn: Callable[[], Any]) -> Any:
-        """Call a step's function, marked as running in a step of this Turn for ``http``."""
-        marked = _RUNNING_STEP.set(self)
+    async def _call(self, fn: Callable[[], Any], attempt: StepTry) -> Any:
+        """Call a step's function as the try ``attempt`` (what ``http``, ``emit`` and
+        ``stream`` find while it runs)."""
+        marked = _RUNNING_STEP.set(attempt)
         try:
             value = fn()
             if inspect.isawaitable(value):
@@ -462,6 +504,11 @@ class TurnBase:
         return waited
 
     # -- plumbing ----------------------------------------------------------------------------
+
+    def _running_try(self) -> StepTry | None:
+        """The try of this Turn's step whose function is running here, if any."""
+        running = _RUNNING_STEP.get()
+        return running if running is not None and running.owner is self else None
 
     def _key(self, base: str) -> str:
         count = self._seen.get(base, 0) + 1
