@@ -20,8 +20,8 @@ def _history(api: Api) -> list[Any]:
     return [record["body"] for record in page["records"] if record["kind"] == "record"]
 
 
-def test_the_example_app_registers_echo_and_confirm() -> None:
-    assert [binding.name for binding in load_example_app().agents] == ["confirm", "echo"]
+def test_the_example_app_registers_chat_echo_and_confirm() -> None:
+    assert [binding.name for binding in load_example_app().agents] == ["chat", "confirm", "echo"]
 
 
 def test_echo_journals_one_step_emits_and_returns_the_text(api: Api) -> None:
@@ -46,7 +46,7 @@ def test_confirm_asks_then_emits_only_when_approved(api: Api) -> None:
     assert _history(api) == [{"role": "assistant", "text": "deploy"}]
 
 
-@pytest.mark.parametrize("agent", ["echo", "confirm"])
+@pytest.mark.parametrize("agent", ["echo", "confirm", "chat"])
 @pytest.mark.parametrize("bad", [None, "hello", {"text": 5}, {"txt": "x"}])
 def test_input_that_is_not_text_fails_at_once(api: Api, agent: str, bad: Any) -> None:
     done = _run(api, agent, bad)

@@ -168,8 +168,9 @@ class FakeProvider:
 
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+                headers: dict[str, str] = {}
                 if self.path.rstrip("/") != "/v1/chat/completions":
-                    status, headers, pieces = 404, {}, [(0, b"{}")]
+                    status, pieces = 404, [(0, b"{}")]
                 else:
                     status, headers, pieces = provider._plan(raw)
                 try:
