@@ -43,7 +43,9 @@ class RuntimeConfig(BaseModel):
     )
     lease_ms: int = Field(60_000, ge=1_000, le=3_600_000, description="Attempt lease length.")
     native_concurrency: int = Field(
-        2, ge=1, le=16, description="Threads whose head Attempts run at once in one pass."
+        64, ge=1, le=256,
+        description="Threads whose head Attempts run at once in one pass: sized for turns that"
+        " wait on I/O (a model call), which cost the object almost nothing while they wait.",
     )
     after_native_concurrency: int = Field(
         2, ge=1, le=16, description="After-native lanes run at once after native work joined."

@@ -13,7 +13,7 @@ from threadline import Application, ManualClock, Turn
 
 
 def _with_chat(app: Application) -> None:
-    @app.agent("chat", join_followups=True)
+    @app.agent("joiner", join_followups=True)
     async def chat(turn: Turn) -> Any:
         taken = await turn.followups()
         await turn.approval("send", {"followups": len(taken)})
@@ -31,8 +31,8 @@ def test_a_joined_submission_shows_its_head_and_refuses_an_abort_alone(
 ) -> None:
     api = make_api(clock, _with_chat)
     document = _document(api)
-    head = str(api.submit("t1", "hi", agent="chat").json()["id"])
-    more = str(api.submit("t1", "and more", agent="chat").json()["id"])
+    head = str(api.submit("t1", "hi", agent="joiner").json()["id"])
+    more = str(api.submit("t1", "and more", agent="joiner").json()["id"])
     assert _get(api, more)["joined_to"] is None
     api.drive()  # the head takes its follow-up, then waits for the approval
 

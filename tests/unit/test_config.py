@@ -10,7 +10,7 @@ def test_defaults_match_the_design() -> None:
     assert config.alarm_backoff_cap_ms == 300_000
     assert config.park_after_stalls == 12
     assert config.lease_ms == 60_000
-    assert config.native_concurrency == 2
+    assert config.native_concurrency == 64
     assert config.after_native_concurrency == 2
     assert config.yield_after_ms == 600_000
     assert config.event_deadline_ms == 840_000

@@ -31,8 +31,8 @@ def expected() -> dict[str, str]:
     defaults = RuntimeConfig()
     fields = ("max_value_bytes", "max_body_bytes", "max_json_depth", "attempt_timeout_ms",
               "cancel_grace_ms", "max_attempts", "max_consecutive_losses", "lease_ms",
-              "max_message_hops", "after_native_concurrency", "max_event_streams",
-              "max_event_streams_per_subject")
+              "max_message_hops", "native_concurrency", "after_native_concurrency",
+              "max_event_streams", "max_event_streams_per_subject")
     documented = {name: str(getattr(defaults, name)) for name in fields}
     documented.update({
         "MAX_SLEEP_SECONDS": str(MAX_SLEEP_SECONDS),
@@ -58,7 +58,8 @@ def test_the_readme_lists_every_limit_with_the_value_the_code_uses() -> None:
 
 @pytest.mark.parametrize(
     ("name", "bound"),
-    [("max_json_depth", 256), ("cancel_grace_ms", 60_000), ("after_native_concurrency", 16)],
+    [("max_json_depth", 256), ("cancel_grace_ms", 60_000), ("after_native_concurrency", 16),
+     ("native_concurrency", 256)],
 )
 def test_the_upper_bounds_the_readme_states_are_the_config_bounds(name: str, bound: int) -> None:
     # A shorter event deadline, so the longest grace still fits the platform's limit.

@@ -138,3 +138,54 @@ def test_the_chat_keeps_its_conversation_across_turns(
                      timeout=READ_TIMEOUT_S, what=f"the {text!r} turn to settle")
     last = [r for r in fake.requests if r["messages"][-1]["content"] == "second"][-1]
     assert [m["role"] for m in last["messages"]] == ["user", "assistant", "user"]
+
+
+def test_fifty_threads_model_calls_overlap(
+    start_runtime: Callable[..., Runtime], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    fake = FakeProvider(tokens=200, first_token_ms=1_000, token_gap_ms=5)
+    with fake.serve() as base:
+        runtime = start_runtime(tmp_path_factory.mktemp("chat-fifty"), MODEL_URL=base)
+        runtime.warm()
+        with _client(runtime) as client:
+            alone_started = time.monotonic()
+            reply = client.post(f"/v1/spaces/{SPACE}/threads/alone/submissions",
+                                json={"agent": "chat", "input": {"text": "hello"}})
+            assert reply.status_code == 202, reply.text
+            wait_for(lambda: client.get(reply.headers["Location"]).json()["state"] == "settled",
+                     timeout=60, what="one chat turn alone to settle")
+            alone = time.monotonic() - alone_started
+            started = time.monotonic()
+            locations = []
+            for n in range(50):
+                reply = client.post(f"/v1/spaces/{SPACE}/threads/user-{n}/submissions",
+                                    json={"agent": "chat", "input": {"text": "hello"}})
+                assert reply.status_code == 202, reply.text
+                locations.append(reply.headers["Location"])
+
+            settled: dict[str, Any] = {}
+
+            def all_settled() -> list[Any] | None:
+                for at in locations:
+                    if at in settled:
+                        continue
+                    try:
+                        detail = client.get(at).json()
+                    except httpx.TransportError:
+                        return None  # the local runtime reset a connection: ask again
+                    if detail["state"] != "settled":
+                        return None
+                    settled[at] = detail
+                return [settled[at] for at in locations]
+
+            try:
+                done = wait_for(all_settled, timeout=120, what="the 50 chat turns to settle")
+            except Exception as error:
+                raise AssertionError(f"{error}\n{runtime.output()[-4000:]}") from None
+            elapsed = time.monotonic() - started
+    assert [d["outcome"] for d in done] == ["completed"] * 50, [d["error"] for d in done]
+    # The model calls ran together, not a few at a time.
+    assert fake.max_in_flight >= 40, fake.max_in_flight
+    print(f"chat turns in workerd: one alone {alone:.2f} s; 50 at once all settled in"
+          f" {elapsed:.2f} s, "
+          f"{fake.max_in_flight} model calls at once at most")

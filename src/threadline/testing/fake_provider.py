@@ -45,7 +45,8 @@ class Refusal:
 @dataclass
 class FakeProvider:
     """An OpenAI-compatible chat-completions provider for tests and the bench (see the
-    module docstring). ``requests`` records every request body it was sent, in order."""
+    module docstring). ``requests`` records every request body it was sent, in order, and
+    ``max_in_flight`` the most answers it was sending at once."""
 
     tokens: int = 20
     first_token_ms: int = 0
@@ -54,6 +55,9 @@ class FakeProvider:
     tool: str | None = None
     model: str = "fake-model"
     requests: list[dict[str, Any]] = field(default_factory=list)
+    #: Answers being sent right now, and the most there ever were at once.
+    in_flight: int = 0
+    max_in_flight: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     # -- what it answers ---------------------------------------------------------------------
@@ -72,6 +76,15 @@ class FakeProvider:
     def text(self, body: dict[str, Any]) -> str:
         """The whole answer text for ``body``."""
         return "".join(self.words(body))
+
+    def _begin(self) -> None:
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+    def _end(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
 
     def _take(self, body: dict[str, Any]) -> Refusal | None:
         with self._lock:
@@ -149,10 +162,14 @@ class FakeProvider:
             status, headers, pieces = self._plan(request.body or b"")
 
             async def body() -> AsyncIterator[bytes]:
-                for wait_ms, piece in pieces:
-                    if wait_ms:
-                        await clock.sleep_until(clock.now_ms() + wait_ms)
-                    yield piece
+                self._begin()
+                try:
+                    for wait_ms, piece in pieces:
+                        if wait_ms:
+                            await clock.sleep_until(clock.now_ms() + wait_ms)
+                        yield piece
+                finally:
+                    self._end()
 
             return FakeAnswer(status, headers, body())
 
@@ -173,6 +190,7 @@ class FakeProvider:
                     status, pieces = 404, [(0, b"{}")]
                 else:
                     status, headers, pieces = provider._plan(raw)
+                provider._begin()
                 try:
                     self.send_response(status)
                     for name, value in headers.items():
@@ -187,6 +205,8 @@ class FakeProvider:
                     self.wfile.write(b"0\r\n\r\n")
                 except OSError:
                     pass  # the caller went away (a timeout, a cancelled turn)
+                finally:
+                    provider._end()
 
             def log_message(self, format: str, *args: object) -> None:
                 pass

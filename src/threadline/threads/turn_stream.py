@@ -19,7 +19,7 @@ from threadline.threads.live_text import LiveState, LiveStreams, LiveText
 from threadline.threads.model import JsonValue
 
 #: Records one try of a step may hold (its emits and closed streams) until it commits.
-MAX_STEP_RECORDS = 100
+MAX_STEP_RECORDS = 1_000
 #: Keys of a stream's record the runtime writes; ``meta`` may not set them.
 STREAM_BODY_KEYS = ("text", "stream")
 

@@ -40,6 +40,9 @@ async def _park(caplog: pytest.LogCaptureFixture) -> None:
         assert stored is not None and stored.parked and stored.cursor == 0
         assert stored.detail == "HTTP 400: unknown field"
         assert stored.error == "crm refused the batch"
+        # What parked it, and when: one failure, its type, the time the batch was refused.
+        assert (stored.failures, stored.error_type) == (1, "DeliveryRefused")
+        assert stored.failed_at == obj.clock.now_ms() and stored.retry_at is None
         assert len(calls) == 1
         assert _parked(caplog) == [
             "threadline: subscriber 'crm' is parked: its destination refused a batch "
