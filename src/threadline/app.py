@@ -7,6 +7,8 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from pydantic import BaseModel
+
 from threadline.access import Authorizer
 from threadline.config import RuntimeConfig
 from threadline.delivery.queues import MAX_QUEUE_BATCH, queue_spec
@@ -93,17 +95,24 @@ class Application:
         return fn
 
     def agent(
-        self, name: str, *, version: str = "1", join_followups: bool = False
+        self, name: str, *, version: str = "1", join_followups: bool = False,
+        input: type[BaseModel] | None = None,
     ) -> Callable[[AgentFn], AgentFn]:
         """Decorator registering an async ``fn(turn)`` as the agent ``name`` at ``version``.
 
         With ``join_followups=True`` the agent may call :meth:`~threadline.Turn.followups` to
         take the input submitted to its Thread while it runs: that input is joined into the
         running submission and settles with it, instead of running after it.
+
+        ``input`` (a pydantic model class) is validated at every admission (over HTTP, by a
+        schedule, a message or ``turn.submit``): input that does not fit is refused with 422
+        naming each field, and nothing is written. The agent reads the parsed model as
+        ``turn.input``; the OpenAPI document shows its JSON Schema.
         """
 
         def register(fn: AgentFn) -> AgentFn:
-            self.agents.register(name, fn, version=version, join_followups=join_followups)
+            self.agents.register(name, fn, version=version, join_followups=join_followups,
+                                 input_model=input)
             return fn
 
         return register

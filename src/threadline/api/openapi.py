@@ -16,6 +16,7 @@ from pydantic.json_schema import models_json_schema
 from threadline.api.models import ID_REGEX, Problem
 from threadline.api.problems import PROBLEM_CONTENT_TYPE, PROBLEM_TYPE_BASE, PROBLEM_TYPES
 from threadline.api.router import DOT_SEGMENTS, Route, free_form, routes_by_template
+from threadline.threads.agents import AgentRegistry
 
 API_TITLE = "threadline"
 API_VERSION = "0.1.0"
@@ -208,7 +209,24 @@ def build_document(routes: Sequence[Route]) -> dict[str, Any]:
     }
 
 
+def with_agents(document: dict[str, Any], agents: AgentRegistry) -> dict[str, Any]:
+    """``document`` with this deployment's agents: ``x-agents`` lists each (name, version,
+    and the JSON Schema of its input, a reference into ``components.schemas`` for an agent
+    registered with an input model, else any JSON value)."""
+    models: list[tuple[type[BaseModel], _Mode]] = [
+        (binding.input_model, "validation") for binding in agents
+        if binding.input_model is not None]
+    refs, definitions = models_json_schema(models, ref_template="#/components/schemas/{model}")
+    listed = [{"name": binding.name, "version": binding.version,
+               "input": {} if binding.input_model is None
+               else refs[(binding.input_model, "validation")]}
+              for binding in agents]
+    components = dict(document["components"])
+    components["schemas"] = {**definitions.get("$defs", {}), **components["schemas"]}
+    return {**document, "components": components, "x-agents": listed}
+
+
 __all__ = [
     "API_TITLE", "API_VERSION", "ID_SCHEMA", "SECURITY_SCHEMES",
-    "build_document",
+    "build_document", "with_agents",
 ]

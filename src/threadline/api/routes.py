@@ -42,7 +42,7 @@ from threadline.api.models import (
     ThreadsQuery,
     ThreadSummary,
 )
-from threadline.api.openapi import build_document
+from threadline.api.openapi import build_document, with_agents
 from threadline.api.problems import (
     internal_error,
     method_not_allowed,
@@ -95,7 +95,7 @@ async def _tokens(ctx: ApiContext, request: Request, params: dict[str, str]) -> 
 async def _openapi(ctx: ApiContext, request: Request, params: dict[str, str]) -> Response:
     if not _document:
         _document.update(build_document(ROUTES))
-    return json_response(200, _document)
+    return json_response(200, with_agents(_document, ctx.agents))
 
 
 ROUTES: list[Route] = [

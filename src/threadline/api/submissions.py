@@ -84,6 +84,7 @@ async def submit(ctx: ApiContext, request: Request, params: dict[str, str]) -> R
     body = read_body(request, SubmitRequest)
     agent = agent_choice.choose_agent(ctx.storage, ctx.agents, thread, body.agent,
                                       body.idempotency_key)
+    ctx.agents.check_input(agent, body.input)
     admission = ctx.ledger.admit(thread, agent, body.input, body.idempotency_key,
                                  not_before=body.due_ms, subject=subject)
     view = submission_view(admission.submission)

@@ -155,6 +155,11 @@ async def dispatch_native(
                         tally.dispatched += 1
                         tasks[view.thread_id] = asyncio.ensure_future(
                             _attempt(ctx, view, yield_after, tally))
+                        # Many Attempts start at once: each one's first stretch (synchronous
+                        # work before its first real wait) runs before the next starts, with
+                        # the object given back between them, so a request is not held up
+                        # behind all of them.
+                        await ctx._pause()
             elif any(view.need is Need.RUNNABLE for view in views):
                 tally.cut_short = True
             # With no Attempt running, the pass goes on while its subscriber waves do: what

@@ -102,6 +102,7 @@ class ScheduleContext:
         if key is None:
             key = fire_key(self.schedule_id, self.fire_ms, ordinal)
         chosen = agent_choice.choose_agent(self._storage, self._agents, thread, agent, key)
+        self._agents.check_input(chosen, input)
         return self._ledger.admit(thread, chosen, input, key).submission.id
 
     def __repr__(self) -> str:

@@ -15,8 +15,13 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from threadline.errors import BindingUnavailable
-from threadline.threads.model import digest
+from pydantic import BaseModel, ValidationError
+
+from threadline.errors import BindingUnavailable, ValidationFailed
+from threadline.threads.model import JsonValue, digest
+
+#: How many of a refused input's field errors the 422 names.
+MAX_INPUT_ERRORS = 20
 
 #: An agent as the registry keeps it: an async function of one argument, the Attempt's Turn,
 #: returning a JSON value. The argument is typed ``Any`` on purpose: threadline.threads.turn
@@ -39,6 +44,28 @@ class AgentBinding:
     fn: _AgentFn
     #: The agent takes input submitted to its Thread while it runs (``turn.followups()``).
     join_followups: bool = False
+    #: The pydantic model its input must satisfy (None: any JSON value).
+    input_model: type[BaseModel] | None = None
+
+    def check_input(self, value: JsonValue) -> JsonValue:
+        """``value`` if the agent may be given it: valid for its ``input_model``, when it has
+        one. Otherwise :class:`ValidationFailed` (422) naming each field in error, so a
+        refused admission writes nothing."""
+        if self.input_model is not None:
+            self.parse_input(value)
+        return value
+
+    def parse_input(self, value: JsonValue) -> Any:
+        """``value`` parsed by the agent's ``input_model`` (the value itself without one)."""
+        if self.input_model is None:
+            return value
+        try:
+            return self.input_model.model_validate(value)
+        except ValidationError as error:
+            problems = [f"input{''.join(f'.{part}' for part in item['loc'])}: {item['msg']}"
+                        for item in error.errors(include_url=False)[:MAX_INPUT_ERRORS]]
+            raise ValidationFailed(f"input does not fit agent {self.name!r}: "
+                                   + "; ".join(problems), field="input") from None
 
 
 class AgentRegistry:
@@ -48,12 +75,14 @@ class AgentRegistry:
         self._bindings: dict[str, AgentBinding] = {}
 
     def register(
-        self, name: str, fn: _AgentFn, *, version: str = "1", join_followups: bool = False
+        self, name: str, fn: _AgentFn, *, version: str = "1", join_followups: bool = False,
+        input_model: type[BaseModel] | None = None,
     ) -> AgentBinding:
         """Register ``fn`` as the agent ``name``; a second registration of a name is an error.
 
         ``join_followups`` lets its Attempts collect input queued behind them with
         :meth:`~threadline.Turn.followups` instead of leaving it to run after them.
+        ``input_model`` (a pydantic model class) is what its input must satisfy at admission.
         """
         if _NAME.fullmatch(name) is None or name in (".", ".."):
             # "." and ".." match the pattern, but admission refuses them as ids (no URL can
@@ -67,9 +96,12 @@ class AgentRegistry:
             raise TypeError(f"agent {name!r} must be an async function taking a Turn")
         if not isinstance(join_followups, bool):
             raise TypeError("join_followups must be True or False")
+        if input_model is not None and not (
+                isinstance(input_model, type) and issubclass(input_model, BaseModel)):
+            raise TypeError(f"agent {name!r}: input must be a pydantic model class")
         if name in self._bindings:
             raise ValueError(f"agent {name!r} is already registered")
-        binding = AgentBinding(name, version, fn, join_followups)
+        binding = AgentBinding(name, version, fn, join_followups, input_model)
         self._bindings[name] = binding
         return binding
 
@@ -79,6 +111,12 @@ class AgentRegistry:
         if binding is None:
             raise BindingUnavailable(name)
         return binding
+
+    def check_input(self, name: str, value: JsonValue) -> JsonValue:
+        """``value`` if agent ``name`` may be given it (see :meth:`AgentBinding.check_input`);
+        an agent this deployment does not register takes any input."""
+        binding = self._bindings.get(name)
+        return value if binding is None else binding.check_input(value)
 
     def __contains__(self, name: object) -> bool:
         return name in self._bindings
@@ -108,4 +146,4 @@ def binding_registry_key(registry: AgentRegistry) -> str:
     return digest(*parts)
 
 
-__all__ = ["AgentBinding", "AgentRegistry", "binding_registry_key"]
+__all__ = ["MAX_INPUT_ERRORS", "AgentBinding", "AgentRegistry", "binding_registry_key"]

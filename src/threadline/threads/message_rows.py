@@ -394,6 +394,7 @@ def admit_inbound(
             raise BindingUnavailable(agent)
         else:
             chosen = agent_choice.choose_agent(storage, agents, to_thread, agent)
+        agents.check_input(chosen, value)
     except ThreadlineError as exc:
         return Refused(refusal(exc))
     input_digest = digest(chosen, canonical)

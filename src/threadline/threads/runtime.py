@@ -271,7 +271,8 @@ class ThreadRuntime:
                     failpoints=self.failpoints, yield_after=yield_after, config=self.config,
                     deadline=deadline, host_lanes=self.host_lanes, agents=self.registry,
                     join_followups=binding.join_followups, aborts=self.aborts, env=self.env,
-                    fetch=self.fetch, live=self.live)
+                    fetch=self.fetch, live=self.live, parse_input=binding.parse_input
+                    if binding.input_model is not None else None)
         try:
             value = await self._bounded(partial(binding.fn, turn), deadline, turn)
         except LeaseLost:

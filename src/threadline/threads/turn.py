@@ -269,6 +269,9 @@ class Turn(TurnBase):
         if chosen not in self._agents:
             raise ValidationFailed(f"agent {chosen!r} is not registered in this deployment",
                                    field="agent")
+        check_input = getattr(self._agents, "check_input", None)
+        if check_input is not None:
+            check_input(chosen, input)
         input_digest = digest(chosen, input_json)
         # Deterministic: this submission's call at this position, so its id is its own.
         made = "sub_" + digest(self.submission_id, name)[:32]

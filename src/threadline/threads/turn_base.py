@@ -12,7 +12,7 @@ import asyncio
 import inspect
 from collections.abc import Callable, Container, Set
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from threadline.clock import Clock
@@ -44,6 +44,12 @@ from threadline.threads.model import (
     error_envelope,
 )
 from threadline.threads.ports import PUBLICATION, Failpoints, MutationGate, commit_fact
+from threadline.threads.retry_policy import (
+    MAX_BACKOFF,
+    MAX_STEP_DELAY_MS,
+    MAX_STEP_TRIES,
+    RetryPolicy,
+)
 from threadline.threads.signals import (
     AbortObserved,
     ControlSignal,
@@ -62,11 +68,6 @@ _FENCE = "SELECT state, revision, lease_owner FROM tl_submissions WHERE id = ?"
 STEP_STARTED = "step:started"
 STEP_FINISHED = "step:finished"
 
-#: Bounds a RetryPolicy is checked against when it is built.
-MAX_STEP_TRIES = 100
-MAX_STEP_DELAY_MS = 3_600_000
-MAX_BACKOFF = 1_000.0
-
 #: What may leave an Attempt as it is: the runtime's signals, a (simulated) eviction, and a
 #: cancellation. Anything else an agent raises fails the Attempt, ``SystemExit`` and
 #: ``KeyboardInterrupt`` too: nothing in the platform stops Python code that way, so one is the
@@ -77,10 +78,6 @@ PROPAGATES = (ControlSignal, Evicted, asyncio.CancelledError)
 #: A :class:`~threadline.RetryAfter` of at most this long is waited inside the Attempt; a
 #: longer one suspends it on a durable timer.
 INLINE_WAIT_MS = 5_000
-#: Bounds of ``RetryPolicy.max_waits`` and ``max_wait_ms``.
-MAX_STEP_WAITS = 100
-MAX_WAIT_MS = 86_400_000
-
 #: The try of a step whose function is running in this context (tasks it starts inherit it):
 #: what ``turn.http`` checks before it sends anything, and where ``emit`` and ``stream`` put
 #: their records until the step commits.
@@ -89,80 +86,9 @@ _RUNNING_STEP: ContextVar[StepTry | None] = ContextVar("threadline_running_step"
 STEP_RECORD_BYTES_FACTOR = 4
 
 
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """How often a step's function is tried within one Attempt before the Attempt fails.
-
-    The default tries once: a failing step fails the Attempt, and the submission's own retry
-    policy (``RuntimeConfig.max_attempts`` with backoff) takes over. Exceptions of a type in
-    ``non_retryable`` (and :class:`~threadline.NonRetryable`) are never retried here.
-
-    A :class:`~threadline.RetryAfter` raised by the function is no failed try: the step waits
-    as it asks and runs again, at most ``max_waits`` times (0 to 100) and only for a wait of
-    at most ``max_wait_ms`` (up to a day); past either bound it counts as a failed try.
-    """
-
-    max_attempts: int = 1
-    initial_delay_ms: int = 0
-    backoff: float = 2.0
-    max_delay_ms: int = 60_000
-    non_retryable: tuple[type[BaseException], ...] = field(default=())
-    max_waits: int = 10
-    max_wait_ms: int = 3_600_000
-
-    def __post_init__(self) -> None:
-        if not _is_int(self.max_attempts) or not 1 <= self.max_attempts <= MAX_STEP_TRIES:
-            raise ValueError(f"max_attempts must be an int from 1 to {MAX_STEP_TRIES}")
-        for name in ("initial_delay_ms", "max_delay_ms"):
-            delay = getattr(self, name)
-            if not _is_int(delay) or not 0 <= delay <= MAX_STEP_DELAY_MS:
-                raise ValueError(f"{name} must be an int from 0 to {MAX_STEP_DELAY_MS}")
-        if (
-            isinstance(self.backoff, bool)
-            or not isinstance(self.backoff, (int, float))
-            or not 1 <= self.backoff <= MAX_BACKOFF
-        ):
-            raise ValueError(f"backoff must be a number from 1 to {MAX_BACKOFF:g}")
-        if not isinstance(self.non_retryable, tuple) or not all(
-            isinstance(kind, type) and issubclass(kind, BaseException)
-            for kind in self.non_retryable
-        ):
-            raise ValueError("non_retryable must be a tuple of exception types")
-        if not _is_int(self.max_waits) or not 0 <= self.max_waits <= MAX_STEP_WAITS:
-            raise ValueError(f"max_waits must be an int from 0 to {MAX_STEP_WAITS}")
-        if not _is_int(self.max_wait_ms) or not 0 <= self.max_wait_ms <= MAX_WAIT_MS:
-            raise ValueError(f"max_wait_ms must be an int from 0 to {MAX_WAIT_MS}")
-
-    def waits_for(self, asked: RetryAfter, waited: int) -> bool:
-        """Whether a step that already waited ``waited`` times waits as ``asked`` once more."""
-        return waited < self.max_waits and asked.delay_ms <= self.max_wait_ms
-
-    def retries(self, exc: Exception, tried: int) -> bool:
-        """Whether a step that raised ``exc`` on try number ``tried`` is tried again."""
-        if tried >= self.max_attempts or isinstance(exc, NonRetryable):
-            return False
-        return not isinstance(exc, self.non_retryable)
-
-    def delay_ms(self, tried: int) -> int:
-        """The pause before try number ``tried + 1``: exponential, never above ``max_delay_ms``.
-
-        The growth is clamped as it is computed, so a large ``backoff`` cannot overflow.
-        """
-        delay = float(self.initial_delay_ms)
-        for _ in range(max(0, tried - 1)):
-            if delay >= self.max_delay_ms:
-                break
-            delay *= self.backoff
-        return int(min(delay, self.max_delay_ms))
-
-
 def _wait_key(step_key: str, number: int) -> str:
     """The timer of a step's ``number``-th durable ``RetryAfter`` wait."""
     return f"{step_key}~retry_after#{number}"
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +136,7 @@ class TurnBase:
         env: Environment | None = None,
         fetch: FetchPort | None = None,
         live: LiveStreams | None = None,
+        parse_input: Callable[[JsonValue], Any] | None = None,
     ) -> None:
         self._claim = claim
         self._env = env if env is not None else Environment()
@@ -217,6 +144,9 @@ class TurnBase:
         #: The object's streams in flight (``turn.stream``), and how many this Turn opened.
         self._live = live if live is not None else LiveStreams()
         self._streams_opened = 0
+        # The agent's input model, if it has one: ``input`` is parsed by it, once.
+        self._parse_input = parse_input
+        self._parsed: list[Any] = []
         # Aborts this incarnation requested: a check reads the intent only when one was.
         self._aborts = aborts if aborts is not None else AbortWatch()
         self._abort = claim.abort if claim.abort is not None else AbortRead(-1, False)
@@ -260,9 +190,14 @@ class TurnBase:
         return self._http
 
     @property
-    def input(self) -> JsonValue:
-        """The submission's input, as admitted."""
-        return self._claim.submission.input
+    def input(self) -> Any:
+        """The submission's input, as admitted: parsed by the agent's input model when it was
+        registered with one (``@app.agent(..., input=Model)``), else the JSON value."""
+        if self._parse_input is None:
+            return self._claim.submission.input
+        if not self._parsed:
+            self._parsed.append(self._parse_input(self._claim.submission.input))
+        return self._parsed[0]
 
     @property
     def submission_id(self) -> str:
