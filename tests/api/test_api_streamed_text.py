@@ -306,3 +306,41 @@ def test_the_python_client_folds_stream_events_into_the_text_so_far(
         await client.aclose()
 
     run(go())
+
+
+def test_a_commit_made_while_a_delta_wake_is_handled_is_not_left_unread(
+    clock: ManualClock, monkeypatch: Any,
+) -> None:
+    from threadline.api.subscribers import Subscription
+
+    pen = Pen()
+    api = make_api(clock, _writer(pen))
+    commit_next: list[bool] = []
+    original = Subscription.wait_either
+
+    async def racing(self: Subscription, revision: int, until_ms: int, other: Any) -> Any:
+        woke = await original(self, revision, until_ms, other)
+        if woke == (False, True) and commit_next:
+            commit_next.clear()
+            # A commit right after a wake by deltas alone, before the stream reads again.
+            api.space.runtime.ledger.admit("t", "echo", {"text": "behind"})
+        return woke
+
+    monkeypatch.setattr(Subscription, "wait_either", racing)
+
+    async def go() -> None:
+        reader = await open_stream(api, "t")
+        await submit(api, "t", {}, agent="writer")
+        head = _start(api)
+        pen.parts.put_nowait("a")
+        await _text(reader)
+        commit_next.append(True)
+        pen.parts.put_nowait("b")
+        seen: list[Any] = []
+        while not any(e.event == "submission" and e.data["state"] == "queued" for e in seen):
+            seen.append(await reader.next())
+        pen.parts.put_nowait(None)
+        await head
+        await reader.close()
+
+    run(go())

@@ -234,15 +234,19 @@ async def stream(ctx: ApiContext, thread_id: str, after: int) -> AsyncIterator[b
     interval = ctx.config.sse_heartbeat_ms
     try:
         heartbeat_at = ctx.clock.now_ms() + interval
-        stored = True
+        # The feed's revision at the last read of the log: a wake by deltas alone reads no
+        # storage, but any commit since that read (even one made while the wait was being
+        # torn down) is read at the next turn.
+        read_at: int | None = None
+        more = False
         while True:
             # Both taken before reading: a commit or a delta after the read moves them, so
             # the wait returns.
             revision = subscription.revision
             written = ctx.live.version(thread_id)
             chunks: list[bytes] = []
-            more = False
-            if stored:
+            if more or revision != read_at:
+                read_at = revision
                 chunks, more = follower.records()
                 if not more:
                     chunks += follower.states()
@@ -260,7 +264,6 @@ async def stream(ctx: ApiContext, thread_id: str, after: int) -> AsyncIterator[b
             if not stored and not streamed:
                 yield HEARTBEAT
                 heartbeat_at = ctx.clock.now_ms() + interval
-                stored = True
     finally:
         subscription.close()
 
