@@ -48,9 +48,15 @@ class StepTry:
     records: list[PendingRecord] = field(default_factory=list)
     streams: list[LiveText] = field(default_factory=list)
     bytes: int = 0
+    #: The try committed or was abandoned: nothing more may be added to it.
+    ended: bool = False
 
     def add(self, kind: str, body_json: str, *, stream: LiveText | None = None) -> str:
         """Hold a record for the commit; its id names the step and its place in the try."""
+        if self.ended:
+            # A task the step's function started, still running after the step ended: its
+            # record would be lost in silence.
+            raise ValidationFailed("the step this record belongs to has ended", field="record")
         if len(self.records) >= MAX_STEP_RECORDS:
             raise ValidationFailed(f"a step may add at most {MAX_STEP_RECORDS} records "
                                    "(emits and closed streams) per try", field="record")
@@ -64,7 +70,8 @@ class StepTry:
         return record_id
 
     def abandon(self, live: LiveStreams) -> None:
-        """The try ends without committing: every stream it opened is abandoned."""
+        """The try ends: every stream it opened and did not close is abandoned."""
+        self.ended = True
         for stream in self.streams:
             live.finish(stream, LiveState.ABANDONED)
 

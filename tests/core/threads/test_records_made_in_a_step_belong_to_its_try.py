@@ -143,3 +143,34 @@ def test_a_stream_past_max_value_bytes_fails_for_good_and_stores_nothing() -> No
     assert done.outcome is Outcome.FAILED and done.attempts == 1
     assert done.error["type"] == "ValueTooLarge"
     assert records == []
+
+
+def test_a_record_made_after_its_step_ended_is_refused_not_lost() -> None:
+    app = Application()
+    late: list[str] = []
+
+    @app.agent("leaky")
+    async def leaky(turn: Turn) -> Any:
+        started = asyncio.Event()
+
+        async def after_the_step() -> None:
+            await started.wait()
+            try:
+                await turn.emit({"late": True})
+            except Exception as error:  # what the leaked task is told
+                late.append(str(error))
+
+        async def call() -> str:
+            spawned.append(asyncio.ensure_future(after_the_step()))
+            return "done"
+
+        spawned: list[Any] = []
+        value = await turn.step("spawn", call)
+        started.set()
+        await spawned[0]
+        return value
+
+    done, records = _run(app, "leaky")
+    assert done.outcome is Outcome.COMPLETED
+    assert late == ["the step this record belongs to has ended"]
+    assert records == []
