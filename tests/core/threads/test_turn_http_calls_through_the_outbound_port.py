@@ -359,3 +359,29 @@ def test_an_object_whose_port_only_posts_says_so() -> None:
     done = asyncio.run(scenario())
     assert done.error["type"] == "ValidationFailed"
     assert "cannot make an agent's requests" in done.error["message"]
+
+
+@pytest.mark.parametrize("options", [
+    {"timeout": 600}, {"timeout": 0.001}, {"max_bytes": 32 * 1024 * 1024}, {"max_bytes": 1},
+    {"url": "https://api.example.com/" + "a" * (8_192 - 24)}, {"method": "patch"},
+    {"content": "text"}, {"content": b"bytes"}, {"headers": {"X-Empty": ""}},
+])
+def test_a_request_at_the_edge_of_each_bound_is_sent(options: dict[str, Any]) -> None:
+    app = Application()
+    options = dict(options)
+    method = options.pop("method", "POST")
+    url = options.pop("url", URL)
+
+    @app.agent("asks")
+    async def asks(turn: Turn) -> Any:
+        async def call() -> Any:
+            return (await turn.http.request(method, url, **options)).status
+        return await turn.step("ask", call)
+
+    fetch = FakeFetch(lambda request: FakeAnswer(204))
+    done = _run(app, fetch, "asks")
+    assert done.result == 204, done.error
+    [sent] = fetch.requests
+    assert (sent.method, sent.url) == (method.upper(), url)
+    if "content" in options:
+        assert sent.body == b"text" if options["content"] == "text" else b"bytes"
