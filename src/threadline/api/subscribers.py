@@ -41,30 +41,13 @@ class Subscription:
         """The feed's revision now: take it before reading, so no later commit is missed."""
         return self._feed.revision
 
-    async def wait(self, revision: int, until_ms: int) -> bool:
-        """Sleep until the feed moves past ``revision`` (True) or the clock reaches ``until_ms``.
-
-        Returns False on the deadline. Whichever wait loses is cancelled, so a long-lived
-        stream leaves no timers or waiters behind.
-        """
-        change = asyncio.ensure_future(self._feed.await_change(revision))
-        deadline = asyncio.ensure_future(self._clock.sleep_until(until_ms))
-        try:
-            done, _ = await asyncio.wait({change, deadline}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (change, deadline):
-                if not task.done():
-                    task.cancel()
-                    with suppress(asyncio.CancelledError):
-                        await task
-        return change in done
-
     async def wait_either(
         self, revision: int, until_ms: int, other: asyncio.Future[None]
     ) -> tuple[bool, bool]:
         """Sleep until the feed moves past ``revision``, ``other`` resolves, or the clock
         reaches ``until_ms``: (the feed moved, ``other`` resolved); both False on the deadline.
-        Whatever did not finish is cancelled, ``other`` included."""
+        Whatever did not finish is cancelled, ``other`` included, so a long-lived stream
+        leaves no timers or waiters behind."""
         change = asyncio.ensure_future(self._feed.await_change(revision))
         deadline = asyncio.ensure_future(self._clock.sleep_until(until_ms))
         try:

@@ -1,12 +1,23 @@
 """Failures the runtime names when an Attempt ends badly through no error of its own type.
 
 The agent's code let a ``CancelledError`` out although nothing cancelled it, or returned while
-an uncertain step was in flight; and the errors of deployed code that no retry can fix.
+an uncertain step was in flight; the errors of deployed code that no retry can fix; and a
+storage refusal as the failure it makes of an Attempt, and the one retry a refused commit gets.
 """
 
 from __future__ import annotations
 
-from threadline.errors import RetryableAgentError
+from collections.abc import Callable
+from typing import TypeVar
+
+from threadline.errors import (
+    NonRetryable,
+    RetryableAgentError,
+    StorageError,
+    StorageValueTooLarge,
+)
+
+T = TypeVar("T")
 
 
 class AgentCancelled(RetryableAgentError):
@@ -29,4 +40,22 @@ class StepLeftInFlight(Exception):
 UNFIXABLE: tuple[type[BaseException], ...] = (ImportError, NameError, SyntaxError)
 
 
-__all__ = ["UNFIXABLE", "AgentCancelled", "StepLeftInFlight"]
+def commit_twice(commit: Callable[[], T]) -> T:
+    """Run ``commit``; if storage refuses it, once more. A value refused as too large would be
+    refused again, so that refusal is not retried."""
+    try:
+        return commit()
+    except StorageValueTooLarge:
+        raise
+    except StorageError:
+        return commit()
+
+
+def refusal_as_failure(refused: StorageError) -> BaseException:
+    """A storage refusal as an Attempt failure: final when the value is too large for a row."""
+    if isinstance(refused, StorageValueTooLarge):
+        return NonRetryable(f"storage refused a value as too large: {refused.message}")
+    return refused
+
+
+__all__ = ["UNFIXABLE", "AgentCancelled", "StepLeftInFlight", "commit_twice", "refusal_as_failure"]

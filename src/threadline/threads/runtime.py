@@ -62,7 +62,6 @@ from threadline.errors import (
     NonRetryable,
     RetryAfter,
     StorageError,
-    StorageValueTooLarge,
     ValidationFailed,
 )
 from threadline.fetching import FetchPort
@@ -72,7 +71,13 @@ from threadline.storage.port import Storage
 from threadline.threads import history, journal, transitions, waits
 from threadline.threads.abort_watch import AbortRead, AbortWatch
 from threadline.threads.agents import AgentBinding, AgentRegistry, binding_registry_key
-from threadline.threads.attempt_errors import UNFIXABLE, AgentCancelled, StepLeftInFlight
+from threadline.threads.attempt_errors import (
+    UNFIXABLE,
+    AgentCancelled,
+    StepLeftInFlight,
+    commit_twice,
+    refusal_as_failure,
+)
 from threadline.threads.failure_log import log_failed_attempt
 from threadline.threads.ledger import Ledger
 from threadline.threads.live_text import LiveStreams
@@ -404,7 +409,7 @@ class ThreadRuntime:
                 self._end(lambda: self._suspend(claim, signal),
                           lanes=(PUBLICATION,) if signal.kind is WaitKind.APPROVAL else ())
             except StorageError as refused:
-                return await self._ended(claim, _final(refused))
+                return await self._ended(claim, refusal_as_failure(refused))
             return None
         if isinstance(exc, YieldNow):
             self._end(lambda: self._release(claim, refund=True, not_before=None))
@@ -454,7 +459,7 @@ class ThreadRuntime:
                 self.gate.mutate(fn, invalidates_recovery=False)
 
         try:
-            _twice(commit)
+            commit_twice(commit)
         except LeaseLost:
             return
 
@@ -537,7 +542,7 @@ class ThreadRuntime:
         try:
             # Without a result only an error envelope is written, small and cut: a refusal of
             # it is transient if anything, so it is tried again.
-            settlement = commit() if outcome is Outcome.COMPLETED else _twice(commit)
+            settlement = commit() if outcome is Outcome.COMPLETED else commit_twice(commit)
         except LeaseLost:
             return None
         except StorageError as refused:
@@ -545,7 +550,7 @@ class ThreadRuntime:
                 raise  # refused twice: the caller holds the cause for recovery
             # The result could not be stored: the Attempt fails now with that reason, rather
             # than leaving the claim to expire and be reported as lost.
-            return await self._ended(claim, _final(refused))
+            return await self._ended(claim, refusal_as_failure(refused))
         await self.failpoints.reached(SETTLE_AFTER)
         return settlement
 
@@ -562,24 +567,6 @@ class ThreadRuntime:
             return Settlement(item.submission_id, item.thread_id, outcome, None, error)
 
         return commit_fact(self.gate, write, (NATIVE, PUBLICATION))
-
-
-def _twice(commit: Callable[[], T]) -> T:
-    """Run ``commit``; if storage refuses it, once more. A value refused as too large would be
-    refused again, so that refusal is not retried."""
-    try:
-        return commit()
-    except StorageValueTooLarge:
-        raise
-    except StorageError:
-        return commit()
-
-
-def _final(refused: StorageError) -> BaseException:
-    """A storage refusal as an Attempt failure: final when the value is too large for a row."""
-    if isinstance(refused, StorageValueTooLarge):
-        return NonRetryable(f"storage refused a value as too large: {refused.message}")
-    return refused
 
 
 def lease_owner_of(incarnation: str, lease_id: str) -> str:
