@@ -15,7 +15,7 @@ a test puts a Python producer under the binding's name.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -142,16 +142,21 @@ async def _exchange(
     client: Any, url: str, headers: Mapping[str, str], body: bytes
 ) -> OutboundResponse:
     async with client.stream("POST", url, headers=dict(headers), content=body) as response:
-        kept = bytearray()
-        async for chunk in response.aiter_raw():
-            kept += chunk
-            if len(kept) >= RESPONSE_BODY_LIMIT:
-                break
         return OutboundResponse(
             status=response.status_code,
             headers={k.lower(): v for k, v in response.headers.items()},
-            body=bytes(kept[:RESPONSE_BODY_LIMIT]),
+            body=await read_prefix(response.aiter_raw(), RESPONSE_BODY_LIMIT),
         )
+
+
+async def read_prefix(chunks: AsyncIterable[bytes], limit: int) -> bytes:
+    """Up to ``limit`` bytes of a body arriving as ``chunks``; the rest is never read."""
+    kept = bytearray()
+    async for chunk in chunks:
+        kept += chunk
+        if len(kept) >= limit:
+            break
+    return bytes(kept[:limit])
 
 
 @runtime_checkable
@@ -203,5 +208,6 @@ __all__ = [
     "env_value",
     "origin",
     "queue_producer",
+    "read_prefix",
     "retry_after_ms",
 ]

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, I
 from dataclasses import dataclass, field
 from typing import Any
 
-from threadline.delivery.outbound import RESPONSE_BODY_LIMIT, OutboundResponse
+from threadline.delivery.outbound import RESPONSE_BODY_LIMIT, OutboundResponse, read_prefix
 from threadline.fetching import FetchRequest
 
 Body = bytes | str | Iterable[bytes | str] | AsyncIterable[bytes | str]
@@ -89,14 +89,10 @@ class FakeFetch:
     ) -> OutboundResponse:
         """A webhook's POST through the same handler, its body read up to the bound."""
         answer = await self.open(FetchRequest("POST", url, dict(headers), body, timeout_ms))
-        kept = bytearray()
-        async for chunk in answer.chunks():
-            kept += chunk
-            if len(kept) >= RESPONSE_BODY_LIMIT:
-                break
+        kept = await read_prefix(answer.chunks(), RESPONSE_BODY_LIMIT)
         await answer.aclose()
         return OutboundResponse(answer.status, {k.lower(): v for k, v in answer.headers.items()},
-                                bytes(kept[:RESPONSE_BODY_LIMIT]))
+                                kept)
 
 
 def _bytes(part: bytes | str) -> bytes:
