@@ -51,6 +51,7 @@ from threadline.schedules import CronSchedule, EverySchedule
 from threadline.space import Space
 from threadline.storage import SqliteStorage, Storage
 from threadline.threads import ApprovalDecision, Followup, RetryPolicy, Turn
+from threadline.threads.agents import Rate
 from threadline.threads.records import Record
 from threadline.threads.turn_http import HttpAnswer, HttpStream
 
@@ -96,6 +97,7 @@ __all__ = [
     "PayloadTooLarge",
     "Principal",
     "RandomIds",
+    "Rate",
     "Record",
     "RecoveryEvent",
     "RetryAfter",

@@ -29,7 +29,7 @@ from threadline.maintenance.host_lanes import DEFAULT_DISPATCH_TIMEOUT, HostLane
 from threadline.maintenance.schedule_context import ScheduleFn
 from threadline.maintenance.schedule_lanes import Schedules
 from threadline.schedules import DEFAULT_TZ, CronSchedule, EverySchedule, Schedule
-from threadline.threads.agents import AgentRegistry, binding_registry_key
+from threadline.threads.agents import AgentRegistry, Rate, binding_registry_key
 from threadline.threads.records import SUBMISSION_SETTLED, Record
 from threadline.threads.turn import AgentFn
 
@@ -96,7 +96,8 @@ class Application:
 
     def agent(
         self, name: str, *, version: str = "1", join_followups: bool = False,
-        input: type[BaseModel] | None = None,
+        input: type[BaseModel] | None = None, concurrency: int | None = None,
+        rate: Rate | None = None,
     ) -> Callable[[AgentFn], AgentFn]:
         """Decorator registering an async ``fn(turn)`` as the agent ``name`` at ``version``.
 
@@ -108,11 +109,22 @@ class Application:
         schedule, a message or ``turn.submit``): input that does not fit is refused with 422
         naming each field, and nothing is written. The agent reads the parsed model as
         ``turn.input``; the OpenAPI document shows its JSON Schema.
+
+        ``concurrency`` (1 to 256) and ``rate`` (a :class:`~threadline.Rate`) are for a
+        provider that caps how many calls it takes at once or per minute: the maintenance pass
+        runs at most ``concurrency`` of the agent's Attempts at once across the object's
+        Threads, and starts at most ``rate.limit`` of them in any window of ``rate.per``. A
+        Thread whose head waits for a permit stays queued, costs no alarm and no read, and
+        starts when a permit frees (FIFO holds on its Thread). ::
+
+            @app.agent("chat", concurrency=8, rate=threadline.Rate(60, per=timedelta(minutes=1)))
+            async def chat(turn: threadline.Turn) -> dict:
+                ...
         """
 
         def register(fn: AgentFn) -> AgentFn:
             self.agents.register(name, fn, version=version, join_followups=join_followups,
-                                 input_model=input)
+                                 input_model=input, concurrency=concurrency, rate=rate)
             return fn
 
         return register

@@ -10,6 +10,7 @@ import pytest
 from threadline.config import RuntimeConfig
 from threadline.delivery.subscribers import DEFAULT_BATCH_BYTES
 from threadline.maintenance.lanes import MAX_DISPATCH_TIMEOUT_MS, MIN_DISPATCH_TIMEOUT_MS
+from threadline.threads.agents import MAX_AGENT_CONCURRENCY, MAX_RATE_LIMIT
 from threadline.threads.decisions import MAX_ABORT_REASON_CHARS
 from threadline.threads.model import ID_PATTERN, MAX_ERROR_MESSAGE_CHARS
 from threadline.threads.turn import KIND_PATTERN, MAX_SLEEP_SECONDS
@@ -46,6 +47,8 @@ def expected() -> dict[str, str]:
         "DEFAULT_MAX_BYTES": str(DEFAULT_MAX_BYTES),
         "DEFAULT_TIMEOUT_S": f"{DEFAULT_TIMEOUT_S:g}",
         "INLINE_WAIT_MS": str(INLINE_WAIT_MS),
+        "MAX_AGENT_CONCURRENCY": str(MAX_AGENT_CONCURRENCY),
+        "MAX_RATE_LIMIT": str(MAX_RATE_LIMIT),
         "RetryPolicy.max_waits": str(RetryPolicy().max_waits),
         "RetryPolicy.max_wait_ms": str(RetryPolicy().max_wait_ms),
     })

@@ -25,7 +25,7 @@ PUBLIC: dict[str, list[str]] = {
         "HttpServerError", "HttpStatusError", "HttpStream", "HttpTimeout",
         "HttpTransportError", "IdSource", "InvalidSchedule", "LaneContext", "LanePhase",
         "ManualClock", "NonRetryable", "NotFound", "PassReport", "PayloadTooLarge", "Principal",
-        "RandomIds", "Record", "RecoveryEvent", "RetryAfter", "RetryPolicy",
+        "RandomIds", "Rate", "Record", "RecoveryEvent", "RetryAfter", "RetryPolicy",
         "RetryableAgentError",
         "RuntimeConfig", "ScheduleContext", "SchedulingError", "SchemaError", "SequentialIds",
         "SignatureInvalid", "Space", "SqliteStorage", "Storage", "StorageError",

@@ -211,15 +211,19 @@ def build_document(routes: Sequence[Route]) -> dict[str, Any]:
 
 def with_agents(document: dict[str, Any], agents: AgentRegistry) -> dict[str, Any]:
     """``document`` with this deployment's agents: ``x-agents`` lists each (name, version,
-    and the JSON Schema of its input, a reference into ``components.schemas`` for an agent
-    registered with an input model, else any JSON value)."""
+    the JSON Schema of its input, a reference into ``components.schemas`` for an agent
+    registered with an input model, else any JSON value, and its limits: ``concurrency``
+    and ``rate`` as ``{"limit", "per_ms"}``, each null when it has none)."""
     models: list[tuple[type[BaseModel], _Mode]] = [
         (binding.input_model, "validation") for binding in agents
         if binding.input_model is not None]
     refs, definitions = models_json_schema(models, ref_template="#/components/schemas/{model}")
     listed = [{"name": binding.name, "version": binding.version,
                "input": {} if binding.input_model is None
-               else refs[(binding.input_model, "validation")]}
+               else refs[(binding.input_model, "validation")],
+               "concurrency": binding.concurrency,
+               "rate": None if binding.rate is None
+               else {"limit": binding.rate.limit, "per_ms": binding.rate.per_ms}}
               for binding in agents]
     components = dict(document["components"])
     components["schemas"] = {**definitions.get("$defs", {}), **components["schemas"]}

@@ -11,7 +11,10 @@ Attempt starts: while they run, input admitted meanwhile is dispatched as it com
 with records a required subscriber has not consumed is not dispatched; that is asked of each
 Thread right before it would be chosen and again right before its Attempt starts, so a record
 any producer committed meanwhile is never overtaken (see
-:meth:`~threadline.maintenance.publication_lane.Publication.gated_thread`).
+:meth:`~threadline.maintenance.publication_lane.Publication.gated_thread`). A Thread whose
+head's agent has no permit left (its ``concurrency`` or ``rate``, see
+:mod:`~threadline.maintenance.agent_permits`) is passed over until an Attempt of that agent
+ends or its rate frees a start.
 """
 
 from __future__ import annotations
@@ -119,6 +122,10 @@ async def dispatch_native(
     yield_after = started + config.yield_after_ms
     event_deadline = started + config.event_deadline_ms
     tasks: dict[str, asyncio.Task[bool]] = {}
+    #: The limited agent each running Attempt belongs to, by Thread.
+    limited: dict[str, str] = {}
+    permits = ctx._permits
+    wake_at: int | None = None
     deferred: set[str] = set()
     recovered: set[str] = set()
     gate = _Gate(ctx)
@@ -130,6 +137,7 @@ async def dispatch_native(
                 tally.cut_short = True
                 break
             views = scan.current(now, frozenset(tasks))
+            wake_at = None
             tally.nonterminal = _nonterminal(views)
             await clear_idle_faults(ctx, scan, tally)
             # Each Thread is recovered at most once per pass outside its own dispatch.
@@ -151,7 +159,12 @@ async def dispatch_native(
                             and view.thread_id not in tasks
                             and not gate.holds(view.thread_id)]
                 if free > 0 and runnable:
-                    for view in await _select(ctx, runnable, free, observed, tally):
+                    running = _running(limited)
+                    for view in await _select(ctx, runnable, free, observed, tally, running):
+                        binding = permits.limited_agent(view)
+                        if binding is not None:
+                            permits.take(binding, now)
+                            limited[view.thread_id] = binding.name
                         tally.dispatched += 1
                         tasks[view.thread_id] = asyncio.ensure_future(
                             _attempt(ctx, view, yield_after, tally))
@@ -160,6 +173,8 @@ async def dispatch_native(
                         # the object given back between them, so a request is not held up
                         # behind all of them.
                         await ctx._pause()
+                # Heads left waiting for a limited agent's rate are asked again when it frees.
+                wake_at = permits.next_free(runnable, now)
             elif any(view.need is Need.RUNNABLE for view in views):
                 tally.cut_short = True
             # With no Attempt running, the pass goes on while its subscriber waves do: what
@@ -168,10 +183,13 @@ async def dispatch_native(
                      else beside.running(attempts=bool(tasks)))
             if not tasks and not waves:
                 break
-            await _await_progress(ctx, tasks, deadline, waves, gate)
+            await _await_progress(ctx, tasks, deadline, waves, gate,
+                                  None if wake_at is None or wake_at >= yield_after
+                                  else wake_at)
             for thread_id, task in list(tasks.items()):
                 if task.done():
                     del tasks[thread_id]
+                    limited.pop(thread_id, None)
                     scan.changed(thread_id)
                     # What the Attempt appended may hold the Thread's next head.
                     gate.changed(thread_id)
@@ -202,16 +220,33 @@ async def dispatch_native(
 
 async def _await_progress(
     ctx: PassContext, tasks: dict[str, asyncio.Task[bool]], deadline: asyncio.Future[None],
-    waves: list[asyncio.Future[bool]], gate: _Gate,
+    waves: list[asyncio.Future[bool]], gate: _Gate, wake_at: int | None = None,
 ) -> None:
     """Wait until an Attempt ends, the event deadline passes, a producer outside the pass
-    advanced the generation (new input must not wait for a long Attempt to end), or, with
-    subscriber waves running, one of them delivered a batch or ended."""
+    advanced the generation (new input must not wait for a long Attempt to end), a limited
+    agent's rate frees a start (``wake_at``), or, with subscriber waves running, one of them
+    delivered a batch or ended."""
     seen = ctx._gate.generations
     pub = ctx._publication
+    permit = (None if wake_at is None
+              else asyncio.ensure_future(ctx._clock.sleep_until(wake_at)))
+    try:
+        await _await_any(ctx, tasks, deadline, waves, seen, pub, permit)
+    finally:
+        if permit is not None:
+            permit.cancel()
+
+
+async def _await_any(
+    ctx: PassContext, tasks: dict[str, asyncio.Task[bool]], deadline: asyncio.Future[None],
+    waves: list[asyncio.Future[bool]], seen: int, pub: Publication | None,
+    permit: asyncio.Future[None] | None,
+) -> None:
     while True:
         change = ctx._gate.changed(ctx._gate.revision)
         waiting: set[asyncio.Future[Any]] = {*tasks.values(), *waves, deadline, change}
+        if permit is not None:
+            waiting.add(permit)
         delivered = None
         if waves and pub is not None:
             delivered = pub.progressed()
@@ -226,11 +261,20 @@ async def _await_progress(
             return
 
 
+def _running(limited: dict[str, str]) -> dict[str, int]:
+    """How many Attempts of each limited agent run, from the agent of each running one."""
+    counts: dict[str, int] = {}
+    for agent in limited.values():
+        counts[agent] = counts.get(agent, 0) + 1
+    return counts
+
+
 async def _select(
     ctx: PassContext, runnable: list[ThreadView], free: int, observed: _Observed,
-    tally: _Tally,
+    tally: _Tally, running: dict[str, int],
 ) -> list[ThreadView]:
-    """Choose up to ``free`` Threads round-robin after ``last_served_thread``.
+    """Choose up to ``free`` Threads round-robin after ``last_served_thread``, each limited
+    agent's no more than its permits allow (``running`` of its Attempts run already).
 
     The cursor is stored before the Attempts start only when some runnable Thread is left
     out: then it is what keeps an eviction mid-Attempt from favouring the same Threads
@@ -242,7 +286,25 @@ async def _select(
     last = observed.last_served
     pivot = next((i for i, view in enumerate(ordered)
                   if last is None or view.thread_id > last), 0)
-    chosen = (ordered[pivot:] + ordered[:pivot])[:free]
+    permits = ctx._permits
+    now = ctx._clock.now_ms()
+    left: dict[str, int] = {}
+    chosen: list[ThreadView] = []
+    for view in ordered[pivot:] + ordered[:pivot]:
+        if len(chosen) == free:
+            break
+        binding = permits.limited_agent(view)
+        if binding is not None:
+            name = binding.name
+            if name not in left:
+                left[name] = permits.allowance(binding, now, running.get(name, 0))
+            if left[name] == 0:
+                continue
+            left[name] -= 1
+        chosen.append(view)
+    if not chosen:
+        # Every runnable Thread waits for a permit: nobody is served, the cursor stays.
+        return []
     await ctx._fp.reached(SELECT_BEFORE)
     newest = chosen[-1]
     if len(ordered) > len(chosen) and not await set_cursor(

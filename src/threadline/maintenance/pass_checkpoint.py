@@ -46,12 +46,17 @@ def _certify(
     gated = {} if pub is None or not pub.required else {
         view.thread_id: name for view in views if view.need is Need.RUNNABLE
         and (name := pub.gated_thread(view.thread_id)) is not None}
+    # Runnable heads whose limited agent has no start left are due when its rate frees one.
+    limited = ctx._permits.held(
+        (view for view in views if view.need is Need.RUNNABLE and view.thread_id not in gated),
+        now, {})
     # A Thread whose fault transition storage refused is owed too, even with no view.
     owed_now = bool(tally.unrecorded) or any(
         view.need in (Need.RUNNABLE, Need.RECOVER) and view.thread_id not in gated
-        for view in views)
+        and view.thread_id not in limited for view in views)
     timed = [view.due_at for view in views
              if view.need in (Need.TIMED, Need.FAULTED) and view.due_at is not None]
+    timed.extend(limited.values())
     # Runnable work held by the required gate is due when its subscriber can deliver what
     # it owes of that Thread: now when it merely ran out of its wave, at the retry of the
     # Thread's hold (or of the subscriber) when it backs off, never while it is parked (a

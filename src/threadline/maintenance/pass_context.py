@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from threadline.clock import Clock
 from threadline.config import RuntimeConfig
 from threadline.errors import ThreadlineError
+from threadline.maintenance.agent_permits import AgentPermits
 from threadline.maintenance.bindings import BindingWaits
 from threadline.maintenance.faults import RecoveryFaults
 from threadline.maintenance.lanes import LaneRunner
@@ -74,6 +75,8 @@ class PassContext:
         self._publication = parts.publication
         self._pause = parts.pause
         self._log = parts.log if parts.log is not None else _logger.error
+        #: The limited agents' permits (their Attempts running and recent starts).
+        self._permits = AgentPermits(parts.storage, parts.runtime.registry, log=self._log)
         #: The running pass's view of open work (None between passes).
         self._scan: _Scan | None = None
         #: The agent registry key this incarnation knows is stored (None: not yet adopted).

@@ -769,13 +769,24 @@ _SUBMIT_HOPS = (
     " CHECK (message_hops >= 0)",
 )
 
+# When each rate-limited agent's recent Attempts started (threadline.Rate): the pass keeps at
+# most ``limit`` rows per agent, the newest, so an incarnation rebuilt after an eviction knows
+# the window it is in. Nothing is written for an agent without a rate.
+_AGENT_STARTS = (
+    """CREATE TABLE tl_agent_starts (
+        agent TEXT NOT NULL,
+        started_at INTEGER NOT NULL
+    )""",
+    "CREATE INDEX tl_agent_starts_window ON tl_agent_starts (agent, started_at)",
+)
+
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
 MIGRATIONS: list[tuple[str, ...]] = [
     _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS, _LEAN_SUBMISSIONS,
     _LEAN_OUTBOX, _HELD_FOLLOWERS, _LOSSES, _SCHEDULES, _DELAYED, _LANES_KEY,
     _JOINED_TO, _MESSAGE_ROUTING, _SUBSCRIBERS, _SPACE_NAME, _ONE_LOG, _LEAN_HISTORY,
     _SUBJECTS, _WAIT_THREADS, _PARKED_SUBSCRIBERS, _REVOCATIONS, _MESSAGE_TARGETS,
-    _MESSAGE_FROM, _GATE_HOLDS, _SUBMIT_HOPS,
+    _MESSAGE_FROM, _GATE_HOLDS, _SUBMIT_HOPS, _AGENT_STARTS,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

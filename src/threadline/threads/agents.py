@@ -13,6 +13,7 @@ import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -31,6 +32,47 @@ MAX_INPUT_ERRORS = 20
 #: ``agent`` decorator takes and returns.
 _AgentFn = Callable[[Any], Awaitable[Any]]
 
+#: The most Attempts of one agent an object runs at once, when the agent is limited.
+MAX_AGENT_CONCURRENCY = 256
+#: The most starts a :class:`Rate` may allow per window (each is one stored row).
+MAX_RATE_LIMIT = 10_000
+#: The shortest and longest window of a :class:`Rate`.
+MIN_RATE_WINDOW = timedelta(seconds=1)
+MAX_RATE_WINDOW = timedelta(days=1)
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """At most ``limit`` starts of an agent's Attempts in any window of ``per``, across the
+    object's Threads: ``Rate(60, per=timedelta(minutes=1))``.
+
+    A start is an Attempt beginning or resuming (after a timer, an approval, a provider's
+    ``Retry-After``), since each may call the provider again. ``limit`` is 1 to 10,000;
+    ``per`` is 1 s to 1 day in whole milliseconds. Starts are stored, so an eviction does not
+    give a provider a second burst.
+    """
+
+    limit: int
+    per: timedelta
+
+    def __post_init__(self) -> None:
+        if isinstance(self.limit, bool) or not isinstance(self.limit, int):
+            raise TypeError("Rate limit must be an int")
+        if not 1 <= self.limit <= MAX_RATE_LIMIT:
+            raise ValueError(f"Rate limit must be 1 to {MAX_RATE_LIMIT:,}, not {self.limit}")
+        if not isinstance(self.per, timedelta):
+            raise TypeError("Rate per must be a timedelta")
+        if not MIN_RATE_WINDOW <= self.per <= MAX_RATE_WINDOW:
+            raise ValueError(f"Rate per must be 1 s to 1 day, not {self.per}")
+        if self.per % timedelta(milliseconds=1):
+            raise ValueError("Rate per must be whole milliseconds")
+
+    @property
+    def per_ms(self) -> int:
+        """The window in milliseconds."""
+        return self.per // timedelta(milliseconds=1)
+
+
 _NAME = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _VERSION = re.compile(r"[A-Za-z0-9._+-]{1,64}")
 
@@ -46,6 +88,15 @@ class AgentBinding:
     join_followups: bool = False
     #: The pydantic model its input must satisfy (None: any JSON value).
     input_model: type[BaseModel] | None = None
+    #: The most of its Attempts the object runs at once (None: only ``native_concurrency``).
+    concurrency: int | None = None
+    #: How often its Attempts may start (None: unlimited).
+    rate: Rate | None = None
+
+    @property
+    def limited(self) -> bool:
+        """Whether the pass holds this agent's starts to a concurrency or a rate."""
+        return self.concurrency is not None or self.rate is not None
 
     def check_input(self, value: JsonValue) -> JsonValue:
         """``value`` if the agent may be given it: valid for its ``input_model``, when it has
@@ -76,13 +127,16 @@ class AgentRegistry:
 
     def register(
         self, name: str, fn: _AgentFn, *, version: str = "1", join_followups: bool = False,
-        input_model: type[BaseModel] | None = None,
+        input_model: type[BaseModel] | None = None, concurrency: int | None = None,
+        rate: Rate | None = None,
     ) -> AgentBinding:
         """Register ``fn`` as the agent ``name``; a second registration of a name is an error.
 
         ``join_followups`` lets its Attempts collect input queued behind them with
         :meth:`~threadline.Turn.followups` instead of leaving it to run after them.
         ``input_model`` (a pydantic model class) is what its input must satisfy at admission.
+        ``concurrency`` (1 to 256) and ``rate`` (a :class:`Rate`) bound how many of its
+        Attempts run at once and how often they start, across the object's Threads.
         """
         if _NAME.fullmatch(name) is None or name in (".", ".."):
             # "." and ".." match the pattern, but admission refuses them as ids (no URL can
@@ -99,9 +153,18 @@ class AgentRegistry:
         if input_model is not None and not (
                 isinstance(input_model, type) and issubclass(input_model, BaseModel)):
             raise TypeError(f"agent {name!r}: input must be a pydantic model class")
+        if concurrency is not None and (
+                isinstance(concurrency, bool) or not isinstance(concurrency, int)):
+            raise TypeError(f"agent {name!r}: concurrency must be an int or None")
+        if concurrency is not None and not 1 <= concurrency <= MAX_AGENT_CONCURRENCY:
+            raise ValueError(f"agent {name!r}: concurrency must be 1 to "
+                             f"{MAX_AGENT_CONCURRENCY}, not {concurrency}")
+        if rate is not None and not isinstance(rate, Rate):
+            raise TypeError(f"agent {name!r}: rate must be a threadline.Rate or None")
         if name in self._bindings:
             raise ValueError(f"agent {name!r} is already registered")
-        binding = AgentBinding(name, version, fn, join_followups, input_model)
+        binding = AgentBinding(name, version, fn, join_followups, input_model, concurrency,
+                               rate)
         self._bindings[name] = binding
         return binding
 
@@ -146,4 +209,14 @@ def binding_registry_key(registry: AgentRegistry) -> str:
     return digest(*parts)
 
 
-__all__ = ["MAX_INPUT_ERRORS", "AgentBinding", "AgentRegistry", "binding_registry_key"]
+__all__ = [
+    "MAX_AGENT_CONCURRENCY",
+    "MAX_INPUT_ERRORS",
+    "MAX_RATE_LIMIT",
+    "MAX_RATE_WINDOW",
+    "MIN_RATE_WINDOW",
+    "AgentBinding",
+    "AgentRegistry",
+    "Rate",
+    "binding_registry_key",
+]
