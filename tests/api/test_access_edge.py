@@ -13,6 +13,7 @@ from edge_support import API_TOKEN, KEYS, ORIGIN, T1, Worker
 from edge_support import problem_of as _problem
 
 from threadline import AccessRequest, Capability, Principal, access
+from threadline.api.edge import EXPECTED_CREDENTIAL
 from threadline.api import edge
 from threadline.api.http import Request, Response
 from threadline.api.routes import ROUTES
@@ -92,10 +93,12 @@ def test_an_expired_token_is_401_and_says_so(worker: Worker) -> None:
     assert token not in json.dumps(problem)
 
 
-def test_a_token_of_another_deployment_is_401_without_detail(worker: Worker) -> None:
+def test_a_token_of_another_deployment_is_401_saying_only_what_is_expected(
+    worker: Worker,
+) -> None:
     forged = access.mint("k1:" + "z" * 40, space="acme", now_ms=worker.api.clock.now_ms())
     problem = _problem(worker.call("GET", T1, token=forged), 401)
-    assert "detail" not in problem
+    assert problem["detail"] == EXPECTED_CREDENTIAL
 
 
 def test_the_query_token_opens_the_event_stream_only(worker: Worker) -> None:

@@ -46,8 +46,43 @@ def test_every_other_route_needs_the_token(auth: str | None) -> None:
     response = _refused(_decide("/v1/spaces/acme/threads/t1", auth=auth), 401)
     assert SECRET not in response.body.decode()
     problem = json.loads(response.body)
-    assert "detail" not in problem and problem["type"] == "urn:threadline:problem:unauthorized"
-    assert response.headers["www-authenticate"] == "Bearer"
+    assert problem["type"] == "urn:threadline:problem:unauthorized"
+    # Which credential is expected, in the same words whatever was sent.
+    assert problem["detail"] == edge.EXPECTED_CREDENTIAL
+    offered = auth is not None and auth.startswith("Bearer ") and auth.strip() != "Bearer"
+    assert response.headers["www-authenticate"] == (
+        'Bearer realm="threadline", error="invalid_token"' if offered
+        else 'Bearer realm="threadline"')
+
+
+def test_a_401_on_the_events_route_names_the_query_parameter_too() -> None:
+    response = _refused(_decide("/v1/spaces/acme/threads/t1/events", auth=None), 401)
+    detail = json.loads(response.body)["detail"]
+    assert detail == edge.EXPECTED_CREDENTIAL + edge.EXPECTED_IN_QUERY
+    assert "?access_token=<token>" in detail
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD"])
+@pytest.mark.parametrize("secret", [SECRET, None])
+def test_the_root_answers_a_page_a_person_can_read_without_a_credential(
+    method: str, secret: str | None
+) -> None:
+    response = _decide("/", auth=None, secret=secret, method=method)
+    assert isinstance(response, Response) and response.status == 200
+    assert response.headers["content-type"] == "text/html; charset=utf-8"
+    if method == "HEAD":
+        assert response.body == b""
+    else:
+        page = response.body.decode()
+        assert "durable agent threads" in page
+        assert 'href="/v1/health"' in page and 'href="/v1/openapi.json"' in page
+        assert "Authorization: Bearer &lt;token&gt;" in page
+        assert SECRET not in page
+
+
+def test_the_root_takes_no_other_method() -> None:
+    response = _refused(_decide("/", auth=None, method="POST"), 401)
+    assert json.loads(response.body)["detail"] == edge.EXPECTED_CREDENTIAL
 
 
 @pytest.mark.parametrize("secret", [None, ""])

@@ -72,11 +72,20 @@ def _oversized_post(
     raise AssertionError("every try lost the answer to a broken pipe")
 
 
+def test_the_root_answers_a_page_for_a_person_without_a_credential(workerd: Runtime) -> None:
+    reply = workerd.request("/", token=None)
+    assert reply.status == 200
+    assert reply.headers["Content-Type"] == "text/html; charset=utf-8"
+    page = reply.body.decode()
+    assert "durable agent threads" in page and 'href="/v1/health"' in page
+
+
 def test_the_worker_refuses_bad_tokens_ids_and_sizes(workerd: Runtime) -> None:
     for token in (None, "wrong"):
         reply = _post(workerd, THREAD + "/submissions", {"input": 1}, token=token)
-        assert reply.status == 401 and "detail" not in reply.json()
-        assert reply.headers["WWW-Authenticate"] == "Bearer"
+        assert reply.status == 401
+        assert "Authorization: Bearer <token>" in reply.json()["detail"]
+        assert reply.headers["WWW-Authenticate"].startswith('Bearer realm="threadline"')
     # The runtime's URL parser resolves an encoded dot segment before the Worker sees it: the
     # path becomes /v1/spaces/api-tests/, which is no route (edge and router refuse '..' too).
     dots = workerd.request("/v1/spaces/api-tests/threads/%2E%2E", token=TOKEN)

@@ -49,6 +49,7 @@ from threadline.access import (
     verify,
 )
 from threadline.api.http import Request, Response
+from threadline.api.landing import LANDING_PATHS, landing
 from threadline.api.problems import (
     internal_error,
     method_not_allowed,
@@ -212,6 +213,8 @@ class Edge:
             return _preflight()
         if path in OPEN_PATHS:
             return self._forward(HEALTH_OBJECT, OPERATOR, parts, headers, cors)
+        if path in LANDING_PATHS and method in ("GET", "HEAD"):
+            return landing(method)
         if not self.config.configured:
             return unconfigured()
         if self.config.api_token_too_short:
@@ -220,7 +223,8 @@ class Edge:
         route = found.route
         space = found.params.get("space")
         thread = found.params.get("thread")
-        query_token = _query_token(parts.query) if route is not None and route.query_token else None
+        takes_query = route is not None and route.query_token
+        query_token = _query_token(parts.query) if takes_query else None
         if query_token is not None and not looks_like_token(query_token):
             query_token = None  # the API token is never taken from a URL
         credential = bearer(headers.get("authorization")) or query_token
@@ -231,11 +235,12 @@ class Edge:
                 headers=_visible(headers)))
         except TokenRejected as rejected:
             _log.info("a scoped token was refused: %s", rejected.reason)
-            return unauthorized("the token has expired" if rejected.expired else None)
+            return unauthorized("the token has expired" if rejected.expired else None,
+                                query=takes_query, offered=True)
         except _HookFailed:
             return internal_error()
         if principal is None:
-            return unauthorized()
+            return unauthorized(query=takes_query, offered=credential is not None)
         if route is None:
             if found.allowed:
                 return method_not_allowed(method, found.allowed)
@@ -405,9 +410,23 @@ async def read_capped(
     return b"".join(chunks)
 
 
-def unauthorized(detail: str | None = None) -> Response:
-    """401 that says nothing about what was wrong with the credentials (but expiry)."""
-    return typed_problem("unauthorized", detail, headers={"www-authenticate": "Bearer"})
+#: What a 401 asks for: the same words whatever was sent, so none is learnt to be close.
+EXPECTED_CREDENTIAL = "send the API token or a scoped token as 'Authorization: Bearer <token>'"
+#: What a 401 adds on a route that also takes a scoped token in its URL (EventSource).
+EXPECTED_IN_QUERY = f" (or a scoped token as ?{QUERY_TOKEN}=<token>)"
+
+
+def unauthorized(
+    detail: str | None = None, *, query: bool = False, offered: bool = False
+) -> Response:
+    """401 saying which credential the route expects (``query``: it also takes one in its
+    URL) and nothing about what was wrong with the one sent, but expiry (``detail``).
+    ``WWW-Authenticate`` names the Bearer scheme, with ``error="invalid_token"`` when a
+    credential was ``offered`` (RFC 6750)."""
+    challenge = 'Bearer realm="threadline"' + (', error="invalid_token"' if offered else "")
+    said = detail if detail is not None else (
+        EXPECTED_CREDENTIAL + (EXPECTED_IN_QUERY if query else ""))
+    return typed_problem("unauthorized", said, headers={"www-authenticate": challenge})
 
 
 def forbidden() -> Response:

@@ -14,7 +14,8 @@ from threadline.api.submissions import request_subject
 def revoked() -> Response:
     """401 for a revoked token: its holder learns it will not work again."""
     return typed_problem("unauthorized", "the token has been revoked",
-                         headers={"www-authenticate": "Bearer"})
+                         headers={"www-authenticate":
+                                  'Bearer realm="threadline", error="invalid_token"'})
 
 
 async def revoke(ctx: ApiContext, request: Request, params: dict[str, str]) -> Response:
