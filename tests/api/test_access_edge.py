@@ -13,8 +13,8 @@ from edge_support import API_TOKEN, KEYS, ORIGIN, T1, Worker
 from edge_support import problem_of as _problem
 
 from threadline import AccessRequest, Capability, Principal, access
-from threadline.api.edge import EXPECTED_CREDENTIAL
 from threadline.api import edge
+from threadline.api.edge import EXPECTED_CREDENTIAL
 from threadline.api.http import Request, Response
 from threadline.api.routes import ROUTES
 
