@@ -9,14 +9,18 @@ reaches the package index for threadline's own dependencies, as a user's install
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
 import sys
+import time
+import urllib.request
 import venv
 import zipfile
 from email.parser import HeaderParser
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -147,3 +151,60 @@ def test_a_new_starter_project_passes_its_own_tests_at_once(
         assert (project / name).is_file(), name
     output = _run(installed, "-m", "pytest", "-q", cwd=project)
     assert "1 passed" in output, output
+
+
+def test_a_new_starter_answers_over_http_in_the_local_runtime(
+    installed: Path, wheel: Path, tmp_path: Path
+) -> None:
+    project = tmp_path / "served"
+    bin_dir = installed.parent
+    _run(bin_dir / "threadline", "new", project, "--wheel", wheel, cwd=tmp_path)
+    token = "starter-token-" + "0123456789" * 3
+    (project / ".dev.vars").write_text(f"THREADLINE_API_TOKEN={token}\n", encoding="utf-8")
+    print("serving the starter in the local runtime (npm install, bundle) ...", file=sys.stderr)
+    server = subprocess.Popen(
+        [str(bin_dir / "threadline"), "dev", "--port", "0", "--memory",
+         "--exit-on-stdin-close"],
+        cwd=project, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    try:
+        url = _ready(server, deadline=time.monotonic() + STEP_TIMEOUT_S)
+        base = f"{url}/v1/spaces/demo/threads/welcome"
+        auth = {"authorization": f"Bearer {token}", "content-type": "application/json"}
+        admitted = _http("POST", f"{base}/submissions", auth,
+                         {"agent": "hello", "input": {"name": "Ada"}})
+        location = f"{base}/submissions/{admitted['id']}"
+        deadline = time.monotonic() + 60
+        while True:
+            detail = _http("GET", location, auth)
+            if detail["state"] == "settled" or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert detail["outcome"] == "completed", detail
+        assert detail["result"] == {"greeting": "Hello, Ada!"}
+    finally:
+        assert server.stdin is not None
+        server.stdin.close()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def _ready(server: subprocess.Popen[str], deadline: float) -> str:
+    assert server.stdout is not None
+    while time.monotonic() < deadline:
+        line = server.stdout.readline()
+        if line.startswith("ready "):
+            return line.split(" ", 1)[1].strip()
+        if not line and server.poll() is not None:
+            break
+    server.kill()
+    raise AssertionError(f"the local runtime did not start:\n{server.stderr.read()}")
+
+
+def _http(method: str, url: str, headers: dict[str, str], body: object = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        return json.loads(reply.read())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 
@@ -10,8 +11,8 @@ import pytest
 from threadline.__main__ import main
 from threadline.starter import StarterError, create, project_name
 
-FILES = [".dev.vars.example", ".gitignore", "README.md", "pyproject.toml", "src/app.py",
-         "src/entry.py", "tests/test_app.py", "wrangler.toml"]
+FILES = [".dev.vars.example", ".gitignore", "README.md", "package.json", "pyproject.toml",
+         "src/app.py", "src/entry.py", "tests/test_app.py", "wrangler.toml"]
 
 
 def test_the_starter_writes_a_worker_project_named_after_its_directory(tmp_path: Path) -> None:
@@ -33,6 +34,11 @@ def test_the_starter_writes_a_worker_project_named_after_its_directory(tmp_path:
     assert "from app import app" in (project / "src/entry.py").read_text()
     assert "pip install threadline pytest" in (project / "README.md").read_text()
     assert ".dev.vars" in (project / ".gitignore").read_text().splitlines()
+    # The local runtime's Node.js side is the one this checkout's runtime is tested with.
+    node = json.loads((project / "package.json").read_text())
+    ours = json.loads((Path(__file__).resolve().parents[2] / "package.json").read_text())
+    assert node["name"] == "support-bot"
+    assert node["devDependencies"] == ours["devDependencies"]
 
 
 def test_with_a_wheel_the_project_depends_on_its_copy(tmp_path: Path) -> None:

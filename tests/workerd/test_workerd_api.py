@@ -72,6 +72,14 @@ def _oversized_post(
     raise AssertionError("every try lost the answer to a broken pipe")
 
 
+def test_the_largest_cursor_the_api_takes_reaches_storage_as_a_number(workerd: Runtime) -> None:
+    # 2**53 - 1 would cross into JavaScript as a BigInt, which the SQL binding refuses.
+    for after in (2**53 - 1, 2**52 + 1):
+        reply = workerd.request(f"{THREAD}/history?after={after}&limit=5", token=TOKEN)
+        assert reply.status == 200, reply.body
+        assert reply.json()["records"] == []
+
+
 def test_the_root_answers_a_page_for_a_person_without_a_credential(workerd: Runtime) -> None:
     reply = workerd.request("/", token=None)
     assert reply.status == 200

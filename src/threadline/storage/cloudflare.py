@@ -123,6 +123,11 @@ def _to_rows(raw: Any) -> list[Row]:
     return converted  # type: ignore[no-any-return]
 
 
+#: Integers from here up to :data:`_MAX_SAFE` are exact as floats (2**52 and above).
+_BIGINT_FROM = 2**52
+_MAX_SAFE = 2**53 - 1
+
+
 def _bind(value: SqlValue) -> Any:
     if value is None:
         null = _jsnull()
@@ -133,6 +138,10 @@ def _bind(value: SqlValue) -> Any:
         from pyodide.ffi import to_js
 
         return to_js(value)
+    if isinstance(value, int) and _BIGINT_FROM < abs(value) <= _MAX_SAFE:
+        # Pyodide hands the largest safe integers to JavaScript as BigInt, which the SQL
+        # binding refuses; as a float each of them is exact and binds as a number.
+        return float(value)
     return value
 
 
