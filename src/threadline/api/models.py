@@ -15,7 +15,13 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from threadline.clock import to_epoch_ms
-from threadline.threads.model import RUNTIME_KEY_PREFIXES, is_runtime_key
+from threadline.threads.failed_attempts import FAILURES_KEPT
+from threadline.threads.model import (
+    MAX_ERROR_MESSAGE_CHARS,
+    MAX_ERROR_TYPE_CHARS,
+    RUNTIME_KEY_PREFIXES,
+    is_runtime_key,
+)
 
 #: The pattern every id in a path or body follows (``.`` and ``..`` are refused besides).
 ID_REGEX = r"^[A-Za-z0-9._:-]{1,128}$"
@@ -371,6 +377,38 @@ class LossesView(_Response):
     )
 
 
+class FailedAttemptView(_Response):
+    """The error one failed Attempt ended with."""
+
+    attempt: int | None = Field(description="The Attempt's number (`turn.attempt`).")
+    type: str = Field(
+        description=f"The exception's type name (at most {MAX_ERROR_TYPE_CHARS} characters).")
+    message: str = Field(
+        description=f"Its message, cut at {MAX_ERROR_MESSAGE_CHARS} characters as `error`'s is"
+        " (noting the full length).")
+    at: int = Field(description="When the Attempt's end was recorded (epoch ms).")
+    final: bool = Field(description="The submission failed with it.")
+    retry_at: int | None = Field(
+        description=(
+            "When its retry was due (epoch ms): null when final, when it ran again at once,"
+            " and when an uncertain step was in flight (an Unknown Outcome, see `waits`)."
+        )
+    )
+
+
+class FailuresView(_Response):
+    """Attempts of the submission that failed (lost ones are counted in `losses`), with the
+    error of the first and of the latest ones."""
+
+    total: int = Field(description="Attempts failed so far.")
+    dropped: int = Field(
+        description="Failed Attempts not listed: those between the first and the latest"
+        f" {FAILURES_KEPT - 1}.")
+    attempts: list[FailedAttemptView] = Field(
+        description=f"The first failed Attempt and the latest ones (at most {FAILURES_KEPT}),"
+        " oldest first.")
+
+
 class MessageView(_Response):
     """A message the submission sent with ``turn.send``, and where its delivery stands."""
 
@@ -393,13 +431,14 @@ class MessageView(_Response):
 
 
 class SubmissionDetail(SubmissionView):
-    """A submission with its waits, journal summary, abort intent, lost Attempts and the
-    messages it sent."""
+    """A submission with its waits, journal summary, abort intent, failed and lost Attempts
+    and the messages it sent."""
 
     waits: list[WaitView]
     journal: JournalSummary
     abort: AbortView | None
     losses: LossesView
+    failures: FailuresView
     joined_to: str | None = Field(
         description=(
             "The submission this one was joined into as follow-up input (`turn.followups()`"

@@ -769,13 +769,25 @@ _SUBMIT_HOPS = (
     " CHECK (message_hops >= 0)",
 )
 
+# A submission keeps the errors of its failed Attempts, not only the latest one in error_json:
+# ``failures`` counts the Attempts that failed (lost ones are counted in ``losses``), and
+# ``failures_json`` lists the first one's error and the latest ones', a bounded JSON array
+# (threadline.threads.failed_attempts). Both are written by the UPDATE that ends the Attempt, so
+# keeping them costs no row more, and they go with the submission's row when it is deleted. A
+# submission that failed before this version lists none: its latest error stays in error_json.
+_FAILED_ATTEMPTS = (
+    "ALTER TABLE tl_submissions ADD COLUMN failures INTEGER NOT NULL DEFAULT 0"
+    " CHECK (failures >= 0)",
+    "ALTER TABLE tl_submissions ADD COLUMN failures_json TEXT",
+)
+
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
 MIGRATIONS: list[tuple[str, ...]] = [
     _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS, _LEAN_SUBMISSIONS,
     _LEAN_OUTBOX, _HELD_FOLLOWERS, _LOSSES, _SCHEDULES, _DELAYED, _LANES_KEY,
     _JOINED_TO, _MESSAGE_ROUTING, _SUBSCRIBERS, _SPACE_NAME, _ONE_LOG, _LEAN_HISTORY,
     _SUBJECTS, _WAIT_THREADS, _PARKED_SUBSCRIBERS, _REVOCATIONS, _MESSAGE_TARGETS,
-    _MESSAGE_FROM, _GATE_HOLDS, _SUBMIT_HOPS,
+    _MESSAGE_FROM, _GATE_HOLDS, _SUBMIT_HOPS, _FAILED_ATTEMPTS,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
