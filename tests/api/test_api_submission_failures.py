@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import jsonschema
-from api_support import Api, make_api
+from api_support import Api, make_api, run
 
 from threadline import Application, ManualClock, NonRetryable, Turn
 from threadline.api.models import SubmissionDetail
@@ -60,3 +60,27 @@ def test_the_detail_lists_each_failed_attempt_as_the_document_describes(
     # The client reads the same model.
     parsed = SubmissionDetail.model_validate(done)
     assert [(f.attempt, f.final) for f in parsed.failures.attempts] == [(1, False), (2, True)]
+
+
+def test_a_pass_report_names_the_attempts_that_failed_in_it_as_the_document_describes(
+    clock: ManualClock,
+) -> None:
+    api = make_api(clock, _with_failing)
+    failing = str(api.submit("t1", None, agent="failing").json()["id"])
+    api.submit("t2", {"text": "hi"}, agent="echo")
+    run(api.space.alarm())
+    path = f"/v1/spaces/{api.space_id}/maintenance"
+    body = api.call("GET", path).json()
+    newest = body["pass_reports"][0]
+    assert (newest["phase"], newest["failure_type"]) == ("actionable", None)
+    assert newest["attempts_failed"] == 1
+    assert newest["failed_attempts"] == [{"submission_id": failing, "thread_id": "t1",
+                                          "agent": "failing", "attempt": 1,
+                                          "error_type": "TimeoutError"}]
+    document = api.call("GET", "/v1/openapi.json").json()
+    schema = document["paths"]["/v1/spaces/{space}/maintenance"]["get"]["responses"]["200"][
+        "content"]["application/json"]["schema"]
+    jsonschema.Draft202012Validator({**schema, "components": document["components"]}).validate(
+        body)
+    view = document["components"]["schemas"]["PassReportView"]["properties"]
+    assert view["failed_attempts"]["items"]["$ref"].endswith("/PassFailedAttemptView")

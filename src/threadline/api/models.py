@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validat
 
 from threadline.clock import to_epoch_ms
 from threadline.threads.failed_attempts import FAILURES_KEPT
+from threadline.threads.failure_log import LISTED_FAILURES
 from threadline.threads.model import (
     MAX_ERROR_MESSAGE_CHARS,
     MAX_ERROR_TYPE_CHARS,
@@ -617,6 +618,17 @@ class BindingWaitView(_Response):
     since: int
 
 
+class PassFailedAttemptView(_Response):
+    """An Attempt that failed while a pass ran: whose it was and the error's type."""
+
+    submission_id: str
+    thread_id: str
+    agent: str
+    attempt: int
+    error_type: str = Field(description="The exception's type name (see the submission's"
+                            " `failures` for its message).")
+
+
 class PassReportView(_Response):
     """What one maintenance pass did."""
 
@@ -631,6 +643,14 @@ class PassReportView(_Response):
     rows_read: int
     rows_written: int
     duration_ms: int
+    failure_type: str | None = Field(
+        None, description="Why the pass itself failed (its exception's type); null unless"
+        " `phase` is `failed`. An Attempt that failed is in `failed_attempts` instead.")
+    attempts_failed: int = Field(
+        0, description="Attempts that failed while the pass ran (their agents raised).")
+    failed_attempts: list[PassFailedAttemptView] = Field(
+        default_factory=list,
+        description=f"The latest of those (at most {LISTED_FAILURES}), oldest first.")
 
 
 class ScheduleErrorView(_Response):
