@@ -76,6 +76,7 @@ from threadline.threads.attempt_errors import (
     AgentCancelled,
     StepLeftInFlight,
     commit_twice,
+    final_failure,
     refusal_as_failure,
 )
 from threadline.threads.failure_log import FailureLog
@@ -385,7 +386,7 @@ class ThreadRuntime:
                 revision=claim.revision,
                 error={**error_envelope(cause, attempt=claim.attempt),
                        "unrecorded": error_envelope(refused, attempt=claim.attempt)},
-                final=isinstance(cause, (NonRetryable, ValidationFailed, *UNFIXABLE)),
+                final=final_failure(cause, claim.retried_unfixable),
                 not_before=self.clock.now_ms() + backoff_ms(claim.charged - 1, self.config,
                                                             self.rng),
             ))
@@ -399,9 +400,9 @@ class ThreadRuntime:
                                       error=aborted or transitions.aborted_error(None))
         if self._park_if_in_flight(claim, exc):
             return None
-        if isinstance(exc, (NonRetryable, ValidationFailed, *UNFIXABLE)):
+        if final_failure(exc, claim.retried_unfixable):
             # A refused argument or value is refused again on every retry, and so is code
-            # that cannot import or names nothing: fail for good.
+            # that cannot import or names nothing (unless its step says otherwise): fail.
             self.failures.failed(exc, claim.submission, attempt=claim.attempt, retry_at=None)
             return await self._settle(claim, Outcome.FAILED,
                                       error=error_envelope(exc, attempt=claim.attempt))
