@@ -12,6 +12,7 @@ from threadline.delivery.subscribers import DEFAULT_BATCH_BYTES
 from threadline.maintenance.lanes import MAX_DISPATCH_TIMEOUT_MS, MIN_DISPATCH_TIMEOUT_MS
 from threadline.threads.agents import MAX_AGENT_CONCURRENCY, MAX_RATE_LIMIT
 from threadline.threads.decisions import MAX_ABORT_REASON_CHARS
+from threadline.threads.failed_attempts import FAILURES_KEPT
 from threadline.threads.model import ID_PATTERN, MAX_ERROR_MESSAGE_CHARS
 from threadline.threads.turn import KIND_PATTERN, MAX_SLEEP_SECONDS
 from threadline.threads.turn_base import INLINE_WAIT_MS, RetryPolicy
@@ -43,6 +44,7 @@ def expected() -> dict[str, str]:
         "KIND_PATTERN": KIND_PATTERN,
         "ID_PATTERN": ID_PATTERN,
         "MAX_ERROR_MESSAGE_CHARS": str(MAX_ERROR_MESSAGE_CHARS),
+        "FAILURES_KEPT": str(FAILURES_KEPT),
         "DEFAULT_BATCH_BYTES": str(DEFAULT_BATCH_BYTES),
         "DEFAULT_MAX_BYTES": str(DEFAULT_MAX_BYTES),
         "DEFAULT_TIMEOUT_S": f"{DEFAULT_TIMEOUT_S:g}",

@@ -42,3 +42,10 @@ def test_a_value_over_max_value_bytes_fails_naming_the_limit(workerd: Runtime) -
     assert seen["attempts"] == ["failed"]
     assert seen["journal"] == {"step:act": "failed"}
     assert "max_value_bytes (262144)" in seen["error"]["message"]
+
+
+def test_a_submission_keeps_its_first_and_latest_failures_in_workerd(workerd: Runtime) -> None:
+    seen = workerd.probe("hardening", "failures", thread=_thread("failures"))
+    assert (seen["state"], seen["failures"]) == ("settled", 12)
+    # The first and the latest nine, each retried but the last.
+    assert seen["kept"] == [[n, f"try {n}", n == 12, n != 12] for n in (1, *range(4, 13))]

@@ -301,6 +301,21 @@ def test_a_failed_attempt_is_logged_on_the_workers_console(shared: Runtime) -> N
     wait_for(lambda: line in shared.output(), timeout=DELIVERY_TIMEOUT_S,
              what="the failed Attempt's log line")
     assert "Traceback (most recent call last)" in shared.output()
+    # The pass that ran it names it in its report (once it ends), and the submission keeps
+    # its error.
+    seen = {"submission_id": submission, "thread_id": "fails", "agent": "refuses",
+            "attempt": 1, "error_type": "NonRetryable"}
+
+    def named() -> bool:
+        report = shared.request("/v1/spaces/env-reads/maintenance", token=TOKEN).json()
+        return seen in [one for entry in report["pass_reports"]
+                        for one in entry["failed_attempts"]]
+
+    wait_for(named, timeout=DELIVERY_TIMEOUT_S, what="the pass report naming the Attempt")
+    detail = shared.request(f"/v1/spaces/env-reads/threads/fails/submissions/{submission}",
+                            token=TOKEN).json()
+    assert [(f["type"], f["final"]) for f in detail["failures"]["attempts"]] == [
+        ("NonRetryable", True)]
 
 
 def test_a_queue_batch_reaches_the_binding_as_json_messages(shared: Runtime) -> None:

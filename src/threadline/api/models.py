@@ -15,7 +15,14 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from threadline.clock import to_epoch_ms
-from threadline.threads.model import RUNTIME_KEY_PREFIXES, is_runtime_key
+from threadline.threads.failed_attempts import FAILURES_KEPT
+from threadline.threads.failure_log import LISTED_FAILURES
+from threadline.threads.model import (
+    MAX_ERROR_MESSAGE_CHARS,
+    MAX_ERROR_TYPE_CHARS,
+    RUNTIME_KEY_PREFIXES,
+    is_runtime_key,
+)
 
 #: The pattern every id in a path or body follows (``.`` and ``..`` are refused besides).
 ID_REGEX = r"^[A-Za-z0-9._:-]{1,128}$"
@@ -371,6 +378,38 @@ class LossesView(_Response):
     )
 
 
+class FailedAttemptView(_Response):
+    """The error one failed Attempt ended with."""
+
+    attempt: int | None = Field(description="The Attempt's number (`turn.attempt`).")
+    type: str = Field(
+        description=f"The exception's type name (at most {MAX_ERROR_TYPE_CHARS} characters).")
+    message: str = Field(
+        description=f"Its message, cut at {MAX_ERROR_MESSAGE_CHARS} characters as `error`'s is"
+        " (noting the full length).")
+    at: int = Field(description="When the Attempt's end was recorded (epoch ms).")
+    final: bool = Field(description="The submission failed with it.")
+    retry_at: int | None = Field(
+        description=(
+            "When its retry was due (epoch ms): null when final, when it ran again at once,"
+            " and when an uncertain step was in flight (an Unknown Outcome, see `waits`)."
+        )
+    )
+
+
+class FailuresView(_Response):
+    """Attempts of the submission that failed (lost ones are counted in `losses`), with the
+    error of the first and of the latest ones."""
+
+    total: int = Field(description="Attempts failed so far.")
+    dropped: int = Field(
+        description="Failed Attempts not listed: those between the first and the latest"
+        f" {FAILURES_KEPT - 1}.")
+    attempts: list[FailedAttemptView] = Field(
+        description=f"The first failed Attempt and the latest ones (at most {FAILURES_KEPT}),"
+        " oldest first.")
+
+
 class MessageView(_Response):
     """A message the submission sent with ``turn.send``, and where its delivery stands."""
 
@@ -393,13 +432,14 @@ class MessageView(_Response):
 
 
 class SubmissionDetail(SubmissionView):
-    """A submission with its waits, journal summary, abort intent, lost Attempts and the
-    messages it sent."""
+    """A submission with its waits, journal summary, abort intent, failed and lost Attempts
+    and the messages it sent."""
 
     waits: list[WaitView]
     journal: JournalSummary
     abort: AbortView | None
     losses: LossesView
+    failures: FailuresView
     joined_to: str | None = Field(
         description=(
             "The submission this one was joined into as follow-up input (`turn.followups()`"
@@ -578,6 +618,17 @@ class BindingWaitView(_Response):
     since: int
 
 
+class PassFailedAttemptView(_Response):
+    """An Attempt that failed while a pass ran: whose it was and the error's type."""
+
+    submission_id: str
+    thread_id: str
+    agent: str
+    attempt: int
+    error_type: str = Field(description="The exception's type name (see the submission's"
+                            " `failures` for its message).")
+
+
 class PassReportView(_Response):
     """What one maintenance pass did."""
 
@@ -592,6 +643,14 @@ class PassReportView(_Response):
     rows_read: int
     rows_written: int
     duration_ms: int
+    failure_type: str | None = Field(
+        None, description="Why the pass itself failed (its exception's type); null unless"
+        " `phase` is `failed`. An Attempt that failed is in `failed_attempts` instead.")
+    attempts_failed: int = Field(
+        0, description="Attempts that failed while the pass ran (their agents raised).")
+    failed_attempts: list[PassFailedAttemptView] = Field(
+        default_factory=list,
+        description=f"The latest of those (at most {LISTED_FAILURES}), oldest first.")
 
 
 class ScheduleErrorView(_Response):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from threadline.api.models import (
     AbortView,
+    FailedAttemptView,
+    FailuresView,
     JournalStepView,
     JournalSummary,
     LossesView,
@@ -78,14 +80,15 @@ def _submission_fields(submission: Submission | ScheduledSubmission) -> dict[str
 def submission_detail(
     storage: Storage, ledger: Ledger, submission: Submission | ScheduledSubmission
 ) -> SubmissionDetail:
-    """A submission with its waits, journal summary, abort intent, lost Attempts and messages
-    (four indexed reads besides the submission's row; none for a scheduled one, which has
-    none)."""
+    """A submission with its waits, journal summary, abort intent, failed and lost Attempts
+    and messages (four indexed reads besides the submission's row; none for a scheduled one,
+    which has none)."""
     if isinstance(submission, ScheduledSubmission):
         return SubmissionDetail.model_validate({
             **_scheduled_fields(submission), "waits": [], "abort": None, "messages": [],
             "journal": JournalSummary(steps=0, finished=0, failed=0, in_flight=0, entries=[]),
             "losses": LossesView(total=0, in_a_row=0, position=None, last_cause=None),
+            "failures": FailuresView(total=0, dropped=0, attempts=[]),
             "joined_to": None,
         })
     steps = views.journal_of(storage, submission.id)
@@ -131,6 +134,17 @@ def submission_detail(
                 total=submission.losses, in_a_row=submission.loss_streak,
                 position=submission.loss_position,
                 last_cause=None if submission.loss_cause is None else submission.loss_cause.value,
+            ),
+            "failures": FailuresView(
+                total=submission.failures,
+                dropped=submission.failures - len(submission.failed_attempts),
+                attempts=[
+                    FailedAttemptView(
+                        attempt=failed.attempt, type=failed.type, message=failed.message,
+                        at=failed.at, final=failed.final, retry_at=failed.retry_at,
+                    )
+                    for failed in submission.failed_attempts
+                ],
             ),
             "joined_to": submission.joined_to,
             "messages": [

@@ -124,6 +124,7 @@ class Maintenance(PassContext):
         """Run one pass and return its report; see :class:`Maintenance`."""
         started = self._clock.now_ms()
         before = self._storage.meter.reading()
+        failures_before = self._runtime.failures.count
         observed = _Observed(revision=self._gate.revision)
         tally = _Tally()
         failure: Exception | None = None
@@ -139,6 +140,7 @@ class Maintenance(PassContext):
             except ThreadlineError as exc:
                 self._log(f"threadline: could not report parked lanes ({type(exc).__name__})")
         cost = self._storage.meter.reading() - before
+        attempts_failed, failed_attempts = self._runtime.failures.since(failures_before)
         fields: dict[str, object] = {
             "started_at": started,
             "recovered": tally.recovered,
@@ -148,6 +150,8 @@ class Maintenance(PassContext):
             "alarm": decision,
             "alarm_at": self._storage.known_alarm(),
             "duration_ms": max(0, self._clock.now_ms() - started),
+            "attempts_failed": attempts_failed,
+            "failed_attempts": failed_attempts,
         }
         if failure is not None:
             fields.update(failure_fields(failure), phase=PassPhase.FAILED)

@@ -123,6 +123,8 @@ def _report(report: PassReport) -> dict[str, Any]:
         "duration_ms": report.duration_ms,
         "failure_type": report.failure_type,
         "failure_message": report.failure_message,
+        "attempts_failed": report.attempts_failed,
+        "failed_attempts": [seen.as_json() for seen in report.failed_attempts],
     }
 
 

@@ -6,7 +6,10 @@ and restarted, are also stored (the last :data:`KEPT_REPORTS`, in ``tl_pass_repo
 every actionable pass would cost each unit of work one more row written (two once the table is
 full and trimmed); a caught-up pass must write nothing but its alarm decision.
 
-A report never carries user payloads: a failure is its exception type and message only.
+A report never carries user payloads: a failure is its exception type and message only, and
+an Attempt that failed while the pass ran is named by its submission, Thread, agent, number
+and error type (the latest :data:`~threadline.threads.failure_log.LISTED_FAILURES`; all of
+them are counted).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from enum import StrEnum
 from threadline.scheduling import AlarmDecision
 from threadline.storage.meter import MeterReading
 from threadline.storage.port import Row, Storage
+from threadline.threads.failure_log import AttemptFailure
+from threadline.threads.model import decode_json, encode_json
 
 #: How many reports are kept in memory, and how many failed ones durably.
 KEPT_REPORTS = 50
@@ -27,13 +32,14 @@ MAX_FAILURE_CHARS = 500
 _INSERT = """
 INSERT INTO tl_pass_reports (started_at, phase, recovered, settled, dispatched, nonterminal,
     alarm, alarm_at, rows_read, rows_written, statements, duration_ms, failure_type,
-    failure_message)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    failure_message, attempts_failed, failed_attempts_json)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 _TRIM = "DELETE FROM tl_pass_reports WHERE seq <= (SELECT max(seq) FROM tl_pass_reports) - ?"
 _RECENT = """
 SELECT started_at, phase, recovered, settled, dispatched, nonterminal, alarm, alarm_at,
-    rows_read, rows_written, statements, duration_ms, failure_type, failure_message
+    rows_read, rows_written, statements, duration_ms, failure_type, failure_message,
+    attempts_failed, failed_attempts_json
 FROM tl_pass_reports ORDER BY seq DESC LIMIT ?
 """
 
@@ -56,7 +62,9 @@ class PassReport:
     Threads asleep on a timer that is not due are not read, so not counted).
     ``alarm``/``alarm_at`` is the final decision. The row figures are the storage meter's
     deltas over the pass (approximate on ``SqliteStorage``, see its meter).
-    ``failure_type``/``failure_message`` are set only for a failed pass.
+    ``failure_type``/``failure_message`` are set only for a failed pass: they say why the
+    pass itself failed. ``attempts_failed`` counts the Attempts that failed while it ran
+    (their agents raised; the pass went on), and ``failed_attempts`` names the latest of them.
     """
 
     started_at: int
@@ -73,6 +81,8 @@ class PassReport:
     duration_ms: int = 0
     failure_type: str | None = None
     failure_message: str | None = None
+    attempts_failed: int = 0
+    failed_attempts: tuple[AttemptFailure, ...] = ()
 
     @classmethod
     def costed(cls, cost: MeterReading, **fields: object) -> PassReport:
@@ -103,6 +113,10 @@ class PassReport:
             duration_ms=int(row["duration_ms"]),
             failure_type=row["failure_type"],
             failure_message=row["failure_message"],
+            attempts_failed=int(row["attempts_failed"]),
+            failed_attempts=tuple(
+                AttemptFailure(**seen) for seen in decode_json(row["failed_attempts_json"]) or ()
+            ),
         )
 
 
@@ -142,7 +156,9 @@ class PassReports:
                 report.settled, report.dispatched, report.nonterminal,
                 None if report.alarm is None else report.alarm.value, report.alarm_at,
                 report.rows_read, report.rows_written, report.statements, report.duration_ms,
-                report.failure_type, report.failure_message,
+                report.failure_type, report.failure_message, report.attempts_failed,
+                encode_json([seen.as_json() for seen in report.failed_attempts])
+                if report.failed_attempts else None,
             )
             self._storage.exec(_TRIM, KEPT_REPORTS)
 

@@ -780,13 +780,36 @@ _AGENT_STARTS = (
     "CREATE INDEX tl_agent_starts_window ON tl_agent_starts (agent, started_at)",
 )
 
+# A submission keeps the errors of its failed Attempts, not only the latest one in error_json:
+# ``failures`` counts the Attempts that failed (lost ones are counted in ``losses``), and
+# ``failures_json`` lists the first one's error and the latest ones', a bounded JSON array
+# (threadline.threads.failed_attempts). Both are written by the UPDATE that ends the Attempt, so
+# keeping them costs no row more, and they go with the submission's row when it is deleted. A
+# submission that failed before this version lists none: its latest error stays in error_json.
+_FAILED_ATTEMPTS = (
+    "ALTER TABLE tl_submissions ADD COLUMN failures INTEGER NOT NULL DEFAULT 0"
+    " CHECK (failures >= 0)",
+    "ALTER TABLE tl_submissions ADD COLUMN failures_json TEXT",
+)
+
+# A stored pass report also names the Attempts that failed while the pass ran (their agents
+# raised; the pass itself may have failed for another reason, in failure_type): how many, and
+# the latest of them as a bounded JSON array of {submission_id, thread_id, agent, attempt,
+# error_type} (threadline.maintenance.report). Reports stored before this version count none.
+_PASS_FAILED_ATTEMPTS = (
+    "ALTER TABLE tl_pass_reports ADD COLUMN attempts_failed INTEGER NOT NULL DEFAULT 0"
+    " CHECK (attempts_failed >= 0)",
+    "ALTER TABLE tl_pass_reports ADD COLUMN failed_attempts_json TEXT",
+)
+
 #: Append-only. Index ``n`` migrates version ``n`` to ``n + 1``.
 MIGRATIONS: list[tuple[str, ...]] = [
     _SCHEDULING, _THREADS, _RECOVERY, _PASS_REPORTS, _LIVE_WORK, _LEAN_ROWS, _LEAN_SUBMISSIONS,
     _LEAN_OUTBOX, _HELD_FOLLOWERS, _LOSSES, _SCHEDULES, _DELAYED, _LANES_KEY,
     _JOINED_TO, _MESSAGE_ROUTING, _SUBSCRIBERS, _SPACE_NAME, _ONE_LOG, _LEAN_HISTORY,
     _SUBJECTS, _WAIT_THREADS, _PARKED_SUBSCRIBERS, _REVOCATIONS, _MESSAGE_TARGETS,
-    _MESSAGE_FROM, _GATE_HOLDS, _SUBMIT_HOPS, _AGENT_STARTS,
+    _MESSAGE_FROM, _GATE_HOLDS, _SUBMIT_HOPS, _AGENT_STARTS, _FAILED_ATTEMPTS,
+    _PASS_FAILED_ATTEMPTS,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -39,6 +39,8 @@ DECODE_DEPTH_CEILING = 256 + 8
 #: Longest failure message kept in an error envelope; the rest is cut, so that recording a
 #: failure never needs more room than the row has.
 MAX_ERROR_MESSAGE_CHARS = 2_000
+#: Longest exception type name kept in an error envelope (``type()`` takes any name).
+MAX_ERROR_TYPE_CHARS = 200
 
 _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
@@ -193,6 +195,11 @@ class Submission:
     #: Where the message it was admitted from was sent: ``<space>/<thread>``, as the sending
     #: object named them (None: it came from no message).
     message_from: str | None = None
+    #: Attempts that failed so far (lost ones are counted in ``losses``, not here).
+    failures: int = 0
+    #: The errors of the first failed Attempt and of the latest ones, oldest first (see
+    #: :mod:`threadline.threads.failed_attempts`); ``failures - len(...)`` were dropped.
+    failed_attempts: tuple[FailedAttempt, ...] = ()
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Submission:
@@ -223,7 +230,35 @@ class Submission:
             submitted_by=row["submitted_by"],
             message_hops=int(row["message_hops"]),
             message_from=row["message_from"],
+            failures=int(row["failures"]),
+            failed_attempts=tuple(
+                FailedAttempt.from_json(entry) for entry in decode_json(row["failures_json"]) or ()
+            ),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class FailedAttempt:
+    """The error one failed Attempt of a submission ended with, as the submission keeps it."""
+
+    #: The Attempt's number (``turn.attempt``); None if its error did not name it.
+    attempt: int | None
+    #: The exception's type name.
+    type: str
+    #: Its message, cut as the error envelope cuts it (``MAX_ERROR_MESSAGE_CHARS``).
+    message: str
+    #: When the Attempt's end was recorded (epoch ms).
+    at: int
+    #: The submission failed with it; otherwise it ran again (or waits on an Unknown Outcome).
+    final: bool
+    #: When the retry was due (epoch ms); None when final, due at once, or Unknown.
+    retry_at: int | None
+
+    @classmethod
+    def from_json(cls, entry: dict[str, Any]) -> FailedAttempt:
+        """Decode one entry of ``tl_submissions.failures_json``."""
+        return cls(attempt=entry["attempt"], type=entry["type"], message=entry["message"],
+                   at=int(entry["at"]), final=bool(entry["final"]), retry_at=entry["retry_at"])
 
 
 #: The state a delayed submission shows until it falls due. Not a ledger state: such a
@@ -477,7 +512,8 @@ def error_envelope(exc: BaseException, *, attempt: int) -> dict[str, JsonValue]:
     """The JSON an Attempt's failure is stored as.
 
     The message is made storable: a lone surrogate in it is kept as its escape (``\\udc80``)
-    and it is cut to ``MAX_ERROR_MESSAGE_CHARS``, so recording a failure never fails itself.
+    and it is cut to ``MAX_ERROR_MESSAGE_CHARS``, so recording a failure never fails itself;
+    the type's name likewise, cut to ``MAX_ERROR_TYPE_CHARS``.
     """
     try:
         text = str(exc)
@@ -485,8 +521,14 @@ def error_envelope(exc: BaseException, *, attempt: int) -> dict[str, JsonValue]:
         text = "<unprintable message>"
     if len(text) > MAX_ERROR_MESSAGE_CHARS:
         text = text[:MAX_ERROR_MESSAGE_CHARS] + f"... ({len(text)} characters)"
-    message = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return {"type": type(exc).__name__, "message": message, "attempt": attempt}
+    message = _storable(text)
+    return {"type": _storable(type(exc).__name__[:MAX_ERROR_TYPE_CHARS]), "message": message,
+            "attempt": attempt}
+
+
+def _storable(text: str) -> str:
+    """``text`` with each lone surrogate kept as its escape: UTF-8 has no form for one."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 __all__ = [
@@ -495,6 +537,7 @@ __all__ = [
     "DEFAULT_MAX_JSON_DEPTH",
     "ID_PATTERN",
     "MAX_ERROR_MESSAGE_CHARS",
+    "MAX_ERROR_TYPE_CHARS",
     "MAX_SLEEP_SECONDS",
     "MAX_SUBJECT_CHARS",
     "RESERVED_SPACE_PREFIX",
@@ -503,6 +546,7 @@ __all__ = [
     "AbortState",
     "Admission",
     "ApprovalDecision",
+    "FailedAttempt",
     "JsonValue",
     "LossCause",
     "Outcome",

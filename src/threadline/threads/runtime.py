@@ -76,9 +76,10 @@ from threadline.threads.attempt_errors import (
     AgentCancelled,
     StepLeftInFlight,
     commit_twice,
+    final_failure,
     refusal_as_failure,
 )
-from threadline.threads.failure_log import log_failed_attempt
+from threadline.threads.failure_log import FailureLog
 from threadline.threads.ledger import Ledger
 from threadline.threads.live_text import LiveStreams
 from threadline.threads.model import (
@@ -160,6 +161,8 @@ class ThreadRuntime:
         self.fetch = fetch
         #: The text agents stream right now (``turn.stream``), for the Thread's readers.
         self.live = LiveStreams()
+        #: Logs each failed Attempt, and counts them for the pass reports.
+        self.failures = FailureLog()
         #: Aborts requested in this incarnation (see :mod:`threadline.threads.abort_watch`).
         self.aborts = AbortWatch()
         self.ledger = Ledger(storage, gate, clock=clock, ids=ids, config=config,
@@ -383,7 +386,7 @@ class ThreadRuntime:
                 revision=claim.revision,
                 error={**error_envelope(cause, attempt=claim.attempt),
                        "unrecorded": error_envelope(refused, attempt=claim.attempt)},
-                final=isinstance(cause, (NonRetryable, ValidationFailed, *UNFIXABLE)),
+                final=final_failure(cause, claim.retried_unfixable),
                 not_before=self.clock.now_ms() + backoff_ms(claim.charged - 1, self.config,
                                                             self.rng),
             ))
@@ -397,10 +400,10 @@ class ThreadRuntime:
                                       error=aborted or transitions.aborted_error(None))
         if self._park_if_in_flight(claim, exc):
             return None
-        if isinstance(exc, (NonRetryable, ValidationFailed, *UNFIXABLE)):
+        if final_failure(exc, claim.retried_unfixable):
             # A refused argument or value is refused again on every retry, and so is code
-            # that cannot import or names nothing: fail for good.
-            log_failed_attempt(exc, claim.submission, attempt=claim.attempt, retry_at=None)
+            # that cannot import or names nothing (unless its step says otherwise): fail.
+            self.failures.failed(exc, claim.submission, attempt=claim.attempt, retry_at=None)
             return await self._settle(claim, Outcome.FAILED,
                                       error=error_envelope(exc, attempt=claim.attempt))
         if isinstance(exc, Suspend):
@@ -433,6 +436,9 @@ class ThreadRuntime:
                 raise LeaseLost(claim.submission.id)
 
         self._end(write)
+        if error is not None:
+            self.failures.failed(exc, claim.submission, attempt=claim.attempt, retry_at=None,
+                                 unknown=True)
         return True
 
     async def _failed(self, claim: Claim, exc: BaseException) -> Settlement | None:
@@ -440,12 +446,12 @@ class ThreadRuntime:
         from :meth:`_ended`, after its in-flight check: no uncertain step is in flight."""
         error = error_envelope(exc, attempt=claim.attempt)
         if claim.charged >= self.config.max_attempts:
-            log_failed_attempt(exc, claim.submission, attempt=claim.attempt, retry_at=None)
+            self.failures.failed(exc, claim.submission, attempt=claim.attempt, retry_at=None)
             return await self._settle(claim, Outcome.FAILED, error=error)
         not_before = self.clock.now_ms() + backoff_ms(claim.charged - 1, self.config, self.rng)
         if isinstance(exc, RetryAfter):  # outside a step, or past its bounds: as it asked
             not_before = max(not_before, self.clock.now_ms() + exc.delay_ms)
-        log_failed_attempt(exc, claim.submission, attempt=claim.attempt, retry_at=not_before)
+        self.failures.failed(exc, claim.submission, attempt=claim.attempt, retry_at=not_before)
         self._end(lambda: self._release(claim, refund=False, not_before=not_before, error=error))
         return None
 

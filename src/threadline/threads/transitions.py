@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from threadline.storage.port import Row, Storage
 from threadline.threads import followups, history, waits
+from threadline.threads.failed_attempts import APPEND_FAILURE, append_params, failure_entry
 from threadline.threads.model import (
     AbortState,
     JsonValue,
@@ -43,25 +44,27 @@ _CLAIM = (
 # (its loss counted by _COUNT_LOSS in the same transaction), it ended some other way, and the
 # losses before it are no longer in a row: ``loss_streak`` is given 0 (else NULL, kept). In the
 # UPDATE that ends the Attempt anyway, so the row written is the same one.
-_MOVE = (
+# An Attempt that failed also adds its error to the submission's failures, in the same UPDATE
+# (threadline.threads.failed_attempts); every other move and settlement passes NULL there.
+_MOVE_SET = (
     "UPDATE tl_submissions SET state = ?, revision = revision + 1, lease_owner = NULL,"
     " lease_expires_at = NULL, not_before = ?, attempts = attempts - ?,"
-    " error_json = COALESCE(?, error_json), loss_streak = COALESCE(?, loss_streak),"
-    " updated_at = ? WHERE id = ? AND state = ? AND revision = ?"
+    " error_json = COALESCE(?, error_json), loss_streak = COALESCE(?, loss_streak), "
 )
-_MOVE_ACROSS = (
+_MOVE_ACROSS_SET = (
     "UPDATE tl_submissions SET state = ?, dormant = ?, revision = revision + 1,"
     " lease_owner = NULL, lease_expires_at = NULL, not_before = ?, attempts = attempts - ?,"
-    " error_json = COALESCE(?, error_json), loss_streak = COALESCE(?, loss_streak),"
-    " updated_at = ? WHERE id = ? AND state = ? AND revision = ?"
+    " error_json = COALESCE(?, error_json), loss_streak = COALESCE(?, loss_streak), "
 )
-_SETTLE = (
+_SETTLE_SET = (
     "UPDATE tl_submissions SET state = 'settled', outcome = ?, result_json = ?, error_json = ?,"
     " dormant = 0, revision = revision + 1, lease_owner = NULL, lease_expires_at = NULL,"
-    " not_before = NULL, loss_streak = COALESCE(?, loss_streak), settled_at = ?,"
-    " updated_at = ? WHERE id = ? AND state = ? AND revision = ?"
-    " RETURNING submitted_by, message_from"
+    " not_before = NULL, loss_streak = COALESCE(?, loss_streak), settled_at = ?, "
 )
+_AT_REVISION = ", updated_at = ? WHERE id = ? AND state = ? AND revision = ?"
+_MOVE = _MOVE_SET + APPEND_FAILURE + _AT_REVISION
+_MOVE_ACROSS = _MOVE_ACROSS_SET + APPEND_FAILURE + _AT_REVISION
+_SETTLE = _SETTLE_SET + APPEND_FAILURE + _AT_REVISION + " RETURNING submitted_by, message_from"
 # A lost claim is readied in one UPDATE that also counts the loss: no row more than the move
 # it replaces, and running -> ready stays out of the open-work index as every move does.
 _LOSE = (
@@ -143,7 +146,9 @@ def move(
     """Move an open submission to another open state, dropping any lease.
 
     ``refund_attempt`` un-charges the attempt a yielded claim took; ``error`` keeps the last
-    failure visible on a submission waiting to be retried. A move out of ``suspended``
+    failure visible on a submission waiting to be retried, and, given with a move out of
+    ``running`` whose Attempt was not lost, is added to its failures (retried at
+    ``not_before``; see :mod:`threadline.threads.failed_attempts`). A move out of ``suspended``
     releases the input held behind it (:func:`release_followers`), so it needs the
     submission's ``thread_id``. A move out of ``running`` ends an Attempt and restarts the
     submission's loss streak, unless ``loss_counted``: that Attempt was lost, its loss
@@ -156,12 +161,16 @@ def move(
     dormant = to in DORMANT
     crossing = (_MOVE_ACROSS, to.value, int(dormant)) if dormant != (state in DORMANT) else (
         _MOVE, to.value)
+    failed = None if state is not SubmissionState.RUNNING or loss_counted else failure_entry(
+        error, at=now, final=False,
+        retry_at=not_before if to is SubmissionState.READY else None)
     written = storage.exec(
         *crossing,
         not_before,
         1 if refund_attempt else 0,
         None if error is None else encode_json(error),
         _streak_after(state, loss_counted),
+        *append_params(failed),
         now,
         submission_id,
         state.value,
@@ -234,9 +243,10 @@ def settle(
     ``joined_to``).
 
     Settling a ``running`` submission ends its Attempt: as for :func:`move`, that restarts
-    the loss streak unless ``loss_counted``. Returns False, having changed nothing, when the
-    submission is no longer at ``(state, revision)`` (it was settled, or moved, by someone
-    else first).
+    the loss streak unless ``loss_counted``; settling it ``failed`` with ``error`` (an Attempt
+    that failed, not one lost) adds that error to its failures, marked final. Returns False,
+    having changed nothing, when the submission is no longer at ``(state, revision)`` (it was
+    settled, or moved, by someone else first).
 
     The record names who caused what it reports, each only when known: ``submitted_by``
     (whoever submitted it), ``aborted_by`` (whoever requested the abort an aborted
@@ -248,9 +258,12 @@ def settle(
     mark applied, so that statement is skipped.
     """
     error_json = None if error is None else encode_json(error)
+    failed = failure_entry(error, at=now, final=True, retry_at=None) if (
+        outcome is Outcome.FAILED and state is SubmissionState.RUNNING and not loss_counted
+    ) else None
     settled = storage.exec(
         _SETTLE, outcome.value, result_json, error_json, _streak_after(state, loss_counted),
-        now, now, submission_id, state.value, revision,
+        now, *append_params(failed), now, submission_id, state.value, revision,
     )
     if settled.changed != 1:
         return False

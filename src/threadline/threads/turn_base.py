@@ -12,7 +12,7 @@ import asyncio
 import inspect
 from collections.abc import Callable, Container, Set
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from threadline.clock import Clock
@@ -101,6 +101,9 @@ class Claim:
     #: What the Attempt last read of its abort intent (first: the claim's own UPDATE). None:
     #: unknown, read at the first check.
     abort: AbortRead | None = None
+    #: The unfixable errors its steps let out after retrying them as their ``RetryPolicy``'s
+    #: ``retry_unfixable`` asked: the Attempt they end is retried, not final.
+    retried_unfixable: list[BaseException] = field(default_factory=list)
 
     @property
     def attempt(self) -> int:
@@ -388,6 +391,8 @@ class TurnBase:
                     self._record_failure(key, position, effect, exc)
                 if self.aborted:
                     raise AbortObserved(self.submission_id) from exc
+                if policy.retries_unfixable(exc):
+                    self._claim.retried_unfixable.append(exc)
                 raise
 
     async def _call(self, fn: Callable[[], Any], attempt: StepTry) -> Any:

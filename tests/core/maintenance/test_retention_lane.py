@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 from retention_support import DAY_MS, START, chat_app, chat_days, config, count, seqs
 
-from threadline import Application, DeliveryRefused, ManualClock, Record, RuntimeConfig
+from threadline import Application, DeliveryRefused, ManualClock, Record, RuntimeConfig, Turn
 from threadline.maintenance import retention_lane
 from threadline.scheduling import RETENTION
 from threadline.testing import SimulatedObject
@@ -257,5 +257,38 @@ def test_the_alarm_invariant_refuses_an_idle_retention_lane_while_retention_is_o
                 "UPDATE tl_lanes SET due_at = NULL, state = 'idle' WHERE id = ?", RETENTION)
             problem = alarm_invariant_problem(obj.storage, app, obj.clock.now_ms())
             assert problem is not None and RETENTION in problem
+
+    _run(go())
+
+
+def test_retention_deletes_the_errors_of_a_submissions_failed_attempts_with_it() -> None:
+    app = chat_app(config(retention_days=30, max_attempts=3))
+
+    @app.agent("fails")
+    async def fails(turn: Turn) -> None:
+        raise ValueError(f"the provider refused, try {turn.attempt}")
+
+    def mentions(obj: SimulatedObject) -> list[str]:
+        """The tables that still hold the failures' text, anywhere in any column."""
+        found = []
+        for row in obj.storage.exec(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'tl_%'"):
+            table = row["name"]  # from sqlite_master of the test's own database
+            columns = [c["name"] for c in obj.storage.exec(f'PRAGMA table_info("{table}")')]
+            where = " OR ".join(f'CAST("{c}" AS TEXT) LIKE ?' for c in columns)
+            if count(obj, f'"{table}"', where, *["%the provider refused%"] * len(columns)):
+                found.append(table)
+        return found
+
+    async def go() -> None:
+        async with SimulatedObject(app, clock=ManualClock(START),
+                                   check_alarm_invariant=True) as obj:
+            failed = obj.admit("t", "fails", {})
+            await obj.run_alarms(until=obj.clock.now_ms() + DAY_MS)
+            assert [f.attempt for f in obj.submission(failed.id).failed_attempts] == [1, 2, 3]
+            assert set(mentions(obj)) == {"tl_submissions", "tl_history"}
+            await chat_days(obj, "t", days=40, per_day=2)
+            assert mentions(obj) == []
+            assert count(obj, "tl_submissions", "id = ?", failed.id) == 0
 
     _run(go())

@@ -13,7 +13,7 @@ from threadline import Application, NonRetryable, RuntimeConfig, Turn
 from threadline.clock import ManualClock
 from threadline.testing import SimulatedObject
 from threadline.threads.failure_log import TRACEBACK_CHARS, bounded_traceback
-from threadline.threads.model import Outcome
+from threadline.threads.model import Outcome, SubmissionState
 
 CONFIG = RuntimeConfig(max_attempts=2)
 
@@ -92,3 +92,33 @@ def test_a_deep_traceback_is_cut_to_its_last_frames_and_a_bounded_length() -> No
         text = bounded_traceback(exc)
     assert text.count("in f") == 12 and "in f0" in text and "in f11" in text
     assert "in f12" not in text
+
+
+def test_an_attempt_that_fails_with_an_uncertain_step_in_flight_is_logged_as_unknown(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.ERROR, logger="threadline.threads")
+    app = Application(CONFIG)
+    objects: list[SimulatedObject] = []
+
+    @app.agent("charges")
+    async def charges(turn: Turn) -> None:
+        def charge() -> None:
+            # Its result is refused: the step stays in flight, so an operator decides.
+            objects[0].fail_statements("INSERT INTO tl_journal")
+
+        await turn.step("charge", charge, effect="uncertain")
+
+    async def scenario() -> str:
+        async with SimulatedObject(app, clock=ManualClock(1_000_000)) as obj:
+            objects.append(obj)
+            made = obj.admit("t", "charges", {}).id
+            await obj.run_alarms()
+            assert obj.submission(made).state is SubmissionState.UNKNOWN
+            return made
+
+    made = asyncio.run(scenario())
+    [line] = _failures(caplog)
+    assert line.startswith(f"threadline: agent 'charges' failed attempt 1 of submission "
+                           f"{made!r} in thread 't' (an Unknown Outcome: an uncertain step was"
+                           " in flight): StorageError: ")

@@ -116,6 +116,17 @@ async def over_limit(turn: Turn) -> Any:
     return len(value)
 
 
+#: An agent that fails every Attempt, with a budget past the failures a submission lists.
+failing_app = Application(
+    RuntimeConfig(alarm_backoff_base_ms=1, alarm_backoff_cap_ms=2, max_attempts=12)
+)
+
+
+@failing_app.agent("fails")
+async def fails(turn: Turn) -> Any:
+    raise ValueError(f"try {turn.attempt}")
+
+
 # The object whose alarm runs the agents below; a short lease so that an Attempt lost with the
 # runtime is found again within seconds.
 threads_app = Application(
@@ -877,6 +888,22 @@ class StorageProbe(DurableObject):
             "runs": hardening_runs.get(thread, 0),
             "journal": journal,
             "attempts_charged": stored.attempts,
+        }
+
+    async def op_failures(self, thread: str) -> dict[str, Any]:
+        """Run a submission that fails every Attempt until it settles; what it keeps of them
+        (written by the JSON functions of workerd's SQLite)."""
+        runtime = await self.thread_runtime(failing_app)
+        admitted = runtime.ledger.admit(thread, "fails", None).submission
+        for _ in range(failing_app.config.max_attempts):
+            await runtime.process_thread_head(thread)
+            await asyncio.sleep(0.005)  # past the 1-2 ms backoff
+        stored = runtime.ledger.get(admitted.id)
+        return {
+            "state": str(stored.state),
+            "failures": stored.failures,
+            "kept": [[f.attempt, f.message, f.final, f.retry_at is not None]
+                     for f in stored.failed_attempts],
         }
 
     async def thread_runtime(self, app: Application = probe_app) -> ThreadRuntime:
