@@ -1,6 +1,7 @@
 """``threadline.testing.alarm_invariant_problem`` holds the delayed lane to its earliest delayed
-submission and each schedule's lane to its next fire (and a recorded pending fire), not merely
-"not idle": a healthy lane due later is a broken invariant. A lane charged without progress
+submission, each schedule's lane to its next fire (and a recorded pending fire) and the native
+lane to the last timer of a head that sleeps on timers alone, not merely "not idle": a healthy
+lane due later is a broken invariant. A lane charged without progress
 (a failed, overrun or lost wave) may wait out its retry floor, except past the next fire of a
 schedule whose fire is recorded: nothing postpones that."""
 
@@ -10,7 +11,7 @@ import asyncio
 from datetime import timedelta
 
 from threadline import Application, ManualClock, RuntimeConfig, ScheduleContext, Turn
-from threadline.scheduling import DELAYED
+from threadline.scheduling import DELAYED, NATIVE
 from threadline.testing import SimulatedObject, alarm_invariant_problem
 
 START = 1_700_000_000_000
@@ -83,3 +84,50 @@ def test_lanes_are_held_to_the_delayed_submissions_and_the_schedules_they_serve(
     assert "is idle" in (found["schedule lane idle"] or "")
     assert "pending" in (found["parked past the next fire"] or "")
     assert found["parked until the next fire"] is None
+
+
+def _sleeper() -> Application:
+    app = Application(RuntimeConfig(alarm_backoff_base_ms=1_000))
+
+    @app.agent("nap")
+    async def nap(turn: Turn) -> object:
+        await turn.sleep(600)
+        return "rested"
+
+    return app
+
+
+async def _timer_problems() -> dict[str, str | None]:
+    found: dict[str, str | None] = {}
+    async with SimulatedObject(_sleeper(), clock=ManualClock(START)) as obj:
+        made = obj.admit("t", "nap", {}).id
+        await obj.run_alarms(until=START + 60_000)
+        [timer] = obj.waits(made)
+        wake = timer.wake_at
+        assert wake is not None
+        storage, now = obj.storage, obj.clock.now_ms()
+
+        def check(name: str) -> None:
+            found[name] = alarm_invariant_problem(storage, obj.app, now)
+
+        check("asleep")
+        storage.exec(_LANE, wake + MINUTE, 0, 0, 0, NATIVE)
+        check("native lane late")
+        storage.exec(_LANE, wake + MINUTE, wake + MINUTE, 1, 1, NATIVE)
+        check("native lane backing off")
+        storage.exec("UPDATE tl_lanes SET due_at = NULL, state = 'idle' WHERE id = ?", NATIVE)
+        check("native lane idle")
+        # Once its timer is applied, the head waits for a person, not for the clock.
+        storage.exec("UPDATE tl_waits SET kind = 'approval', wake_at = NULL"
+                     " WHERE submission_id = ?", made)
+        check("waiting for someone")
+    return found
+
+
+def test_the_native_lane_is_held_to_the_timers_a_suspended_head_sleeps_on() -> None:
+    found = asyncio.run(_timer_problems())
+    assert found["asleep"] is None
+    assert "sleeps on timers until" in (found["native lane late"] or "")
+    assert found["native lane backing off"] is None
+    assert "is idle" in (found["native lane idle"] or "")
+    assert found["waiting for someone"] is None

@@ -3,12 +3,15 @@ same over a real socket (workerd, the bench) as through ``FakeFetch`` (CPython t
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 import httpx
 
-from threadline.testing import FakeProvider, Refusal
+from threadline import Application, ManualClock, RuntimeConfig, Turn
+from threadline.testing import FakeFetch, FakeProvider, Refusal, SimulatedObject
+from threadline.threads.model import Outcome
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "one two three"}]}
 
@@ -51,3 +54,37 @@ def test_the_served_provider_answers_whole_refuses_as_scripted_and_calls_tools()
         assert answered.json()["choices"][0]["message"]["content"] == "one two"
         assert client.post(base + "/elsewhere", json=BODY).status_code == 404
         assert client.post(base + "/chat/completions", content=b"[1]").status_code == 400
+
+
+def test_under_the_simulated_clock_a_real_server_times_out_and_the_fake_fetch_answers() -> None:
+    """What README's testing note says: the simulated clock skips to a call's timeout while it
+    waits on a real socket, so a served provider answering in 200 ms of wall time times out
+    (on the clock, 10 s later); the same provider through ``FakeFetch`` answers."""
+    app = Application(RuntimeConfig(max_attempts=1))
+
+    @app.agent("ask")
+    async def ask(turn: Turn) -> Any:
+        async def call() -> Any:
+            answer = await turn.http.post(turn.env.URL + "/chat/completions", json=BODY,
+                                          timeout=10)
+            return answer.raise_for_status().json()["choices"][0]["message"]["content"]
+
+        return await turn.step("model", call)
+
+    async def ask_through(url: str, http: Any, clock: ManualClock) -> Any:
+        async with SimulatedObject(app, clock=clock, http=http, env={"URL": url}) as obj:
+            made = obj.admit("t", "ask", {}).id
+            await obj.run_alarms()
+            return obj.submission(made)
+
+    provider = FakeProvider(tokens=2, first_token_ms=200)
+    with provider.serve() as base:
+        clock = ManualClock()
+        began = clock.now_ms()
+        done = asyncio.run(ask_through(base, None, clock))
+    assert done.outcome is Outcome.FAILED and done.error["type"] == "HttpTimeout"
+    assert clock.now_ms() - began >= 10_000
+    clock = ManualClock()
+    done = asyncio.run(ask_through("https://models.test/v1",
+                                   FakeFetch(provider.handler(clock)), clock))
+    assert (done.outcome, done.result) == (Outcome.COMPLETED, "one two")

@@ -26,7 +26,7 @@ from threadline.scheduling import (
 )
 from threadline.scheduling.state import MaintenanceState
 from threadline.storage import SqliteStorage
-from threadline.threads import delayed, message_rows
+from threadline.threads import delayed, message_rows, waits
 
 #: The open submissions, for the owed native work: each Thread's head and its state.
 _OPEN_WORK = (
@@ -56,8 +56,9 @@ def alarm_invariant_problem(
     no later than ``max(earliest due, now + min_delay)``; a generation not yet processed
     has its native lane due; the delayed lane is due by the earliest delayed submission, the
     messages lane by the earliest pending message, and
-    each schedule's lane by its next fire time (and its pending fire, if one is recorded); with
-    retention on, its lane is never idle. A
+    each schedule's lane by its next fire time (and its pending fire, if one is recorded), the
+    native lane by the last timer of each head that sleeps on timers alone; with retention on,
+    its lane is never idle. A
     lane whose waves were charged without progress may wait out its retry floor (a backoff
     or a parking) past those times, except a schedule's next fire, which nothing postpones
     once a fire is recorded. ``holds`` are
@@ -101,6 +102,8 @@ def alarm_invariant_problem(
     problem = _subscribers_late(storage, app, queue, state)
     if problem is None:
         problem = _native_work_late(storage, app, queue, state, now)
+    if problem is None:
+        problem = _timed_work_late(storage, app, queue, now)
     if problem is not None:
         return problem
     for row in storage.exec(_SCHEDULE_FIRES):
@@ -192,6 +195,38 @@ def _native_work_late(
             continue
         return (f"thread {thread!r} owes native work (its head {head} is {head_state}) but "
                 f"lane {NATIVE!r} is idle")
+    return None
+
+
+def _timed_work_late(
+    storage: SqliteStorage, app: Application, queue: DueQueue, now: int
+) -> str | None:
+    """Why a Thread whose head waits for the clock alone has no pass coming by then, or None.
+
+    A head suspended on timers only (``turn.sleep``, a ``RetryAfter`` waited on the timer)
+    wakes when its last one is due: the native lane must be due by then (by the next alarm,
+    once it fell due), unless it waits out its own retry floor, or the crash fallback a pass
+    lost before its checkpoint set (within the backoff base). A head that also waits for
+    someone (an approval, an Unknown Outcome) or is under a recovery fault is not the clock's.
+    """
+    heads: dict[str, tuple[str, str]] = {}
+    for row in storage.exec(_OPEN_WORK):
+        thread = str(row["thread_id"])
+        if thread not in heads and row["state"] not in ("unknown", "joined"):
+            heads[thread] = (str(row["id"]), str(row["state"]))
+    for thread, (head, head_state) in heads.items():
+        if head_state != "suspended" or storage.exec(_FAULT, thread).first() is not None:
+            continue
+        deadlines = waits.open_wait_deadlines(storage, head)
+        wakes = [at for kind, at in deadlines if kind == "timer" and at is not None]
+        if not wakes or len(wakes) < len(deadlines):
+            continue  # it waits for someone, not for the clock alone
+        due = max(wakes)
+        problem = _lane_late(queue, NATIVE, max(due, now + app.config.min_alarm_delay_ms),
+                             f"the head {head} of thread {thread!r} sleeps on timers until "
+                             f"{due}", lost_wave=now + app.config.alarm_backoff_base_ms)
+        if problem is not None:
+            return problem
     return None
 
 
