@@ -103,9 +103,10 @@ class Script:
 
 
 def order_tools(effects: Effects, *, refund: dict[str, Any] | None = None,
-                approve_refund: bool = False) -> FunctionToolset[Any]:
+                after_refund: Callable[[], None] | None = None) -> FunctionToolset[Any]:
     """``lookup_order`` and ``refund_order``, counted in ``effects``; ``refund`` is the refund
-    tool's ``threadline`` metadata (its step's configuration)."""
+    tool's ``threadline`` metadata (its step's configuration), ``after_refund`` called once
+    the refund's effect happened (to lose the object right there)."""
     tools: FunctionToolset[Any] = FunctionToolset(id="orders")
 
     @tools.tool_plain
@@ -116,10 +117,12 @@ def order_tools(effects: Effects, *, refund: dict[str, Any] | None = None,
 
     metadata = {"threadline": refund} if refund is not None else None
 
-    @tools.tool_plain(metadata=metadata, requires_approval=approve_refund)
+    @tools.tool_plain(metadata=metadata)
     def refund_order(order: str) -> str:
         """Refund an order (a side effect)."""
         effects.hit("refund_order")
+        if after_refund is not None:
+            after_refund()
         return f"{order} refunded"
 
     return tools

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx2
 from openai import AsyncOpenAI
+from openai._base_client import get_platform
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
@@ -49,8 +50,13 @@ def openai_client(
         run = active_run()
         return str(api_key(run.turn.env if run is not None else Environment()))
 
-    return AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0,
-                       http_client=httpx2.AsyncClient(transport=transport or TurnTransport()))
+    client = AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0,
+                         http_client=httpx2.AsyncClient(transport=transport or TurnTransport()))
+    # The SDK reads the platform it reports in a thread at its first request: Pyodide has no
+    # threads, and under a test's clock the Attempt would seem idle meanwhile. Read it now.
+    if getattr(client, "_platform", False) is None:
+        client._platform = get_platform()
+    return client
 
 
 def openai_model(

@@ -96,17 +96,21 @@ class TurnTransport(httpx2.AsyncBaseTransport):
 
 
 class _Body(httpx2.AsyncByteStream):
-    """An answer's body as it arrives; closing it gives up the rest and ends the exchange."""
+    """An answer's body as it arrives; closing it gives up the rest and ends the exchange.
+
+    Iterated again (as the OpenAI SDK does to drain what follows a stream's last event), it
+    goes on from where the last iteration stopped: the body is read once.
+    """
 
     def __init__(self, answer: HttpStream, scope: AsyncExitStack,
                  request: httpx2.Request) -> None:
-        self._answer = answer
+        self._chunks = answer.aiter_bytes()
         self._scope = scope
         self._request = request
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
-            async for chunk in self._answer.aiter_bytes():
+            async for chunk in self._chunks:
                 yield chunk
         except HttpTimeout as error:
             raise httpx2.ReadTimeout(error.message, request=self._request) from error
