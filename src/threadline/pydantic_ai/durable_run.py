@@ -29,10 +29,11 @@ from weakref import WeakKeyDictionary
 from pydantic import ValidationError
 from pydantic_ai import Agent
 from pydantic_ai.agent import AbstractAgent
+from pydantic_ai.exceptions import UserError
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest, ModelResponse
 from pydantic_ai.run import AgentRunResult
 
-from threadline.errors import Evicted, ValidationFailed, ValueTooLarge
+from threadline.errors import Evicted, NonRetryable, ValidationFailed, ValueTooLarge
 from threadline.pydantic_ai.active_run import ActiveRun, active_run, running
 from threadline.pydantic_ai.durability import ThreadlineDurability
 from threadline.threads.signals import ControlSignal
@@ -85,6 +86,8 @@ async def run_durably(
     replaces the Thread's. Every other keyword (``deps``, ``output_type``, ``model_settings``,
     ``usage_limits``...) is ``agent.run``'s. Returns the run's result; what the agent does with
     it outside a step must be deterministic, as everything an agent does outside steps.
+    Pydantic AI's ``UserError`` (a mistake in how the agent is built or run) fails the
+    submission at once, as ``NonRetryable``.
     """
     durability = ThreadlineDurability.from_agent(agent)
     if durability is None:
@@ -105,6 +108,10 @@ async def run_durably(
     with running(ActiveRun(turn, durability.message_kind)), Agent.using_thread_executor(_INLINE):
         try:
             result = await agent.run(prompt, message_history=earlier or None, **options)
+        except UserError as error:
+            # Pydantic AI's word for a mistake in how the agent is built or run: running the
+            # same code again cannot fix it.
+            raise NonRetryable(f"Pydantic AI refused the run: {error}") from error
         except BaseExceptionGroup as group:
             signal = _signal_in(group)
             if signal is None:
