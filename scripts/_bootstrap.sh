@@ -1,6 +1,8 @@
 # Shared, idempotent bootstrap for scripts/dev and scripts/test (source it). Each step is
 # skipped when its inputs have not changed since it last ran:
-#   bootstrap_python       .venv (from the machine's python3) with `-e .[dev]` installed
+#   bootstrap_python       .venv (from the machine's python3) with `-e .[dev]` installed (the
+#                          dev tools and the pydantic-ai extra's packages, which the tests of
+#                          threadline.pydantic_ai need; reinstalled when pyproject.toml changes)
 #   bootstrap_node         node_modules from package-lock.json (npm ci)
 #   bootstrap_wheels       the Pyodide wheels the workerd runtime bundles (pip download)
 #   bootstrap_bundle ARGS  the local workerd runtime's bundle (scripts/workerd/build.py)

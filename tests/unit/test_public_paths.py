@@ -39,6 +39,11 @@ PUBLIC: dict[str, list[str]] = {
         "SimulatedDeployment", "SimulatedObject",
         "StatementFailure", "ThreadHarness", "alarm_invariant_problem", "is_eviction",
     ],
+    "threadline.pydantic_ai": [
+        "DECLINED", "DEFAULT_HISTORY_RUNS", "MESSAGES_KIND", "STEP_CONFIG_KEY",
+        "ThreadlineDurability", "TurnTransport", "approval_key", "earlier_messages",
+        "openai_client", "openai_model", "run_durably", "step_name",
+    ],
     "threadline.client": [
         "AsyncClient", "Client", "StreamedText", "ThreadEvent", "WaitTimeout",
         "raise_for_problem",

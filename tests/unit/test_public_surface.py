@@ -21,6 +21,21 @@ def test_importing_threadline_never_loads_the_platform() -> None:
     assert out.stdout.strip() == "[]"
 
 
+def test_importing_threadline_never_loads_pydantic_ai() -> None:
+    # The optional extra is imported only by code that imports threadline.pydantic_ai, and that
+    # package loads the OpenAI SDK only when its OpenAI helpers are used.
+    code = (
+        "import sys, threadline, threadline.testing, threadline.client;"
+        "before = sorted({m.split('.')[0] for m in sys.modules} & {'pydantic_ai', 'openai'});"
+        "import threadline.pydantic_ai;"
+        "after = sorted({m.split('.')[0] for m in sys.modules} & {'pydantic_ai', 'openai'});"
+        "threadline.pydantic_ai.openai_model;"
+        "print(before, after, 'openai' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[] ['pydantic_ai'] True"
+
+
 def test_error_tree() -> None:
     assert issubclass(errors.SchemaError, errors.StorageError)
     for api in (errors.ValidationFailed, errors.Unauthorized, errors.NotFound, errors.Conflict,
