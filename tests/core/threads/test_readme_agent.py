@@ -30,6 +30,7 @@ def _readme_app() -> Application:
         and "input=" not in block  # the Input models section's own, likewise
         and "rate=" not in block  # the Provider limits section's own, likewise
         and "retry_unfixable" not in block  # the Retrying a step section's own, likewise
+        and "run_durably" not in block  # the Pydantic AI section's own, likewise
     ]
     assert len(agent_blocks) == 1, "README should show exactly one agent"
     namespace: dict[str, Any] = {}
