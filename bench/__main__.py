@@ -22,18 +22,25 @@ ROOT = Path(__file__).resolve().parents[1]
 # The agents the scenarios run live beside the workerd overlay, so both runtimes share them.
 sys.path.insert(0, str(ROOT / "bench" / "workerd"))
 
-from bench import report, sim  # noqa: E402
+from bench import llm_turns, report, sim  # noqa: E402
 from bench.model import Measurement  # noqa: E402
 
 #: ``burst``: (submissions, Threads) of scenario 3; ``turns``: sequential turns of scenario 4;
 #: ``schedules``: schedules declared in scenario 8 (the workerd objects have these two).
+#: ``llm``: scenario 10's turns (Threads at once, tokens per answer, the provider's latency).
 FULL: dict[str, Any] = {"settled": [0, 1_000, 10_000], "k": [10, 1_000, 10_000],
-                        "burst": (1_000, 50), "turns": 200, "schedules": [1, 100], "runs": 5}
+                        "burst": (1_000, 50), "turns": 200, "schedules": [1, 100], "runs": 5,
+                        "llm": {"threads": 50, "tokens": 200, "first_token_ms": 1_000,
+                                "total_ms": 2_000}}
 QUICK: dict[str, Any] = {"settled": [0, 100], "k": [10, 100], "burst": (50, 5), "turns": 20,
-                         "schedules": [1, 100], "runs": 1}
+                         "schedules": [1, 100], "runs": 1,
+                         "llm": {"threads": 10, "tokens": 200, "first_token_ms": 1_000,
+                                 "total_ms": 2_000}}
 SYSTEMS = ("sim", "workerd", "agents")
+SCENARIO_IDS = [str(n) for n in range(1, 11)]
 #: The scenarios each system measures: one none of whose scenarios is selected is not started.
-SCENARIOS_OF = {"sim": set("125789"), "workerd": set("12345789"), "agents": set("36")}
+SCENARIOS_OF = {"sim": {*"125789", "10"}, "workerd": {*"12345789", "10"},
+                "agents": {"3", "6", "10"}}
 
 
 def _progress(message: str) -> None:
@@ -80,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, help="runs per figure (default 5, quick 1)")
     parser.add_argument("--only", action="append", choices=SYSTEMS,
                         help="run only these systems (repeatable)")
-    parser.add_argument("--scenario", action="append", choices=list("123456789"),
+    parser.add_argument("--scenario", action="append", choices=SCENARIO_IDS,
                         help="run only these scenarios (repeatable; results then go under "
                              ".threadline/bench-partial/ unless --out/--chart say)")
     parser.add_argument("--out", type=Path, help="results file (default bench/results.json)")
@@ -138,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
                         lambda: sim.schedule_fires(n, submit, runs, args.explain)))
         runner.step("9 rows written per delivered batch, per subscriber [sqlite3]",
                     lambda: sim.run_sync(lambda: sim.subscriber_batches(runs, args.explain)))
+        llm = plan["llm"]
+        runner.step(f"10 {llm['threads']} chat turns at once, simulated time [sqlite3]",
+                    lambda: llm_turns.measurements(llm))
     if "workerd" in systems or "agents" in systems:
         from bench import live
 

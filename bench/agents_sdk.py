@@ -4,6 +4,8 @@ same miniflare, metered by a thin wrapper around ``ctx.storage.sql.exec`` (see i
 (a) K pending ``schedule()``s with one due: rows read and written by the alarm(s) serving it.
 (b) one unit of work through ``queue()``: the call itself, then the alarms until it has run.
 
+Scenario 10's chat turns go through its ``AIChatAgent`` (``bench.agents_chat``).
+
 Scenario 3's burst goes through it too (:func:`burst`): ``n`` ``queue()`` items POSTed to its
 HTTP entry by the driver that bursts into threadline (``bench.over_http.drive``), into one
 agent (one object, as threadline's burst goes into one space's object).
@@ -12,6 +14,7 @@ agent (one object, as threadline's burst goes into one space's object).
 from __future__ import annotations
 
 import json
+import os
 import queue
 import subprocess
 import threading
@@ -32,7 +35,9 @@ NEAR_S = 1
 class AgentsRuntime:
     """``bench/agents-sdk/serve.mjs``: esbuild bundle + miniflare, on a free port."""
 
-    def __init__(self) -> None:
+    def __init__(self, model_url: str = "") -> None:
+        #: The fake model provider the chat agent streams from (scenario 10).
+        self.model_url = model_url
         self.url = ""
         self.process: subprocess.Popen[str] | None = None
         self.log: list[str] = []
@@ -42,6 +47,7 @@ class AgentsRuntime:
             ["node", str(HERE / "serve.mjs")],  # noqa: S607 (node from PATH, as scripts/dev)
             cwd=HERE, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "MODEL_URL": self.model_url} if self.model_url else None,
         )
         lines: queue.Queue[str] = queue.Queue()
 
@@ -211,9 +217,11 @@ def burst(rt: AgentsRuntime, n: int, runs: int) -> Measurement:
     return m
 
 
-def run(runner: Any, plan: dict[str, Any], runs: int) -> None:
-    """Start the Agents SDK runtime and run scenarios 3 and 6 through ``runner``."""
-    rt = AgentsRuntime()
+def run(runner: Any, plan: dict[str, Any], runs: int, provider: Any = None) -> None:
+    """Start the Agents SDK runtime and run scenarios 3, 6 and (with the fake model
+    ``provider``, a ``bench.provider.ProviderProcess``) 10 through ``runner``."""
+    model_url = provider.url if provider is not None else ""
+    rt = AgentsRuntime(model_url)
     runner.step("agents sdk: bundle and start", lambda: _started(rt))
     try:
         if rt.url:
@@ -225,6 +233,13 @@ def run(runner: Any, plan: dict[str, Any], runs: int) -> None:
                             lambda k=k: schedules(rt, k, runs))
             runner.step("6b one unit of work through queue() [agents sdk]",
                         lambda: unit_of_work(rt, runs))
+            if model_url:
+                from bench import agents_chat
+
+                llm = plan["llm"]
+                runner.step(f"10 AIChatAgent, one message and {llm['threads']} at once over"
+                            " WebSocket [agents sdk]",
+                            lambda: agents_chat.chat(rt.url, provider, llm, runs))
     finally:
         rt.stop()
 

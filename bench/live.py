@@ -1,5 +1,5 @@
-"""Scenarios 1, 2, 5, 7 and 8 in real workerd (3 and 4 in ``bench.over_http``), and the Agents
-SDK side by side (scenario 6).
+"""Scenarios 1, 2, 5, 7, 8 and 9 in real workerd (3 and 4 in ``bench.over_http``, 10 in
+``bench.llm_live``), and the Agents SDK side by side (scenario 6, and 10's chat agent).
 
 Both run in the local runtime through miniflare (``scripts/workerd/serve.mjs`` for threadline,
 ``bench/agents-sdk/serve.mjs`` for the Agents SDK, same miniflare). The figures are workerd's
@@ -29,6 +29,7 @@ from bench.model import (
     ScenarioError,
     fire_case,
 )
+from bench.provider import ProviderProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "workerd"))
@@ -339,21 +340,30 @@ def subscriber_batches(runtime: Runtime, runs: int) -> list[Measurement]:
 
 def run(runner: Any, systems: list[str], plan: dict[str, Any], runs: int,
         explain: bool) -> None:
-    """Run the live scenarios of ``systems`` (``workerd``, ``agents``) through ``runner``."""
-    if "workerd" in systems:
-        runner.step("workerd: build the bench bundle", lambda: _nothing(build_bundle()))
-        with tempfile.TemporaryDirectory(prefix="threadline-bench-") as state:
-            runtime = Runtime(BUNDLE, Path(state), {})
-            runner.step("workerd: start and boot Pyodide", lambda: _nothing(_start(runtime)))
-            try:
-                if runtime.url:
-                    _threadline_live(runner, runtime, plan, runs)
-            finally:
-                runtime.stop()
-    if "agents" in systems:
-        from bench import agents_sdk
+    """Run the live scenarios of ``systems`` (``workerd``, ``agents``) through ``runner``.
 
-        agents_sdk.run(runner, plan, runs)
+    One fake model provider (its own process) serves both runtimes' chat agents
+    (scenario 10): each runtime's ``MODEL_URL`` names it."""
+    provider = ProviderProcess()
+    runner.step("fake provider: start", lambda: _nothing(provider.start()))
+    try:
+        if "workerd" in systems:
+            runner.step("workerd: build the bench bundle", lambda: _nothing(build_bundle()))
+            with tempfile.TemporaryDirectory(prefix="threadline-bench-") as state:
+                runtime = Runtime(BUNDLE, Path(state), {"MODEL_URL": provider.url})
+                runner.step("workerd: start and boot Pyodide",
+                            lambda: _nothing(_start(runtime)))
+                try:
+                    if runtime.url:
+                        _threadline_live(runner, runtime, plan, runs, provider)
+                finally:
+                    runtime.stop()
+        if "agents" in systems:
+            from bench import agents_sdk
+
+            agents_sdk.run(runner, plan, runs, provider)
+    finally:
+        provider.stop()
 
 
 def _nothing(_: object) -> list[Measurement]:
@@ -366,7 +376,8 @@ def _start(runtime: Runtime) -> bool:
     return True
 
 
-def _threadline_live(runner: Any, runtime: Runtime, plan: dict[str, Any], runs: int) -> None:
+def _threadline_live(runner: Any, runtime: Runtime, plan: dict[str, Any], runs: int,
+                     provider: ProviderProcess) -> None:
     for n in plan["settled"]:
         runner.step(f"1 caught-up pass, {n:,} settled [workerd]",
                     lambda n=n: caught_up(runtime, n, runs))
@@ -390,6 +401,12 @@ def _threadline_live(runner: Any, runtime: Runtime, plan: dict[str, Any], runs: 
                         lambda n=n, submit=submit: schedule_fires(runtime, n, submit, runs))
     runner.step("9 rows written per delivered batch, per subscriber [workerd]",
                 lambda: subscriber_batches(runtime, runs))
+    if provider.url:
+        from bench import llm_live
+
+        llm = plan["llm"]
+        runner.step(f"10 {llm['threads']} chat turns at once over HTTP + SSE [workerd]",
+                    lambda: llm_live.turns(runtime, provider, llm, runs))
 
 
 def _submitting(submit: bool) -> str:

@@ -7,7 +7,8 @@ admitted at once. Each turn calls the fake provider (``threadline.testing.FakePr
 ``--total-ms`` in all. Printed for each ``native_concurrency``: the time until every turn
 settled (and its ratio to one such turn alone), admission to the first delta reaching the
 object's live streams (what an open event stream sends at its next wake) p50 and p99, and rows
-written per turn, with ``turn.stream`` and with one ``turn.emit`` per token.
+written per turn, with ``turn.stream`` and with one ``turn.emit`` per token. ``scripts/bench``
+runs it as scenario 10's simulated figure (:func:`measurements`).
 
 Usage: python -m bench.llm_turns [--threads 50] [--tokens 200] [--first-token-ms 1000]
     [--total-ms 2000] [--concurrency 2,16,64] [--json FILE]
@@ -23,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.model import Measurement
 from threadline import Application, ManualClock, RuntimeConfig, Turn
 from threadline.api.http import Request
 from threadline.testing import FakeFetch, FakeProvider, SimulatedObject
@@ -110,6 +112,7 @@ async def run(threads: int, concurrency: int, provider: FakeProvider, *,
         "first_delta_p99_ms": waits[min(len(waits) - 1, int(len(waits) * 0.99))] if waits
         else None,
         "rows_written_per_turn": round(cost.rows_written / threads, 1),
+        "rows_read_per_turn": round(cost.rows_read / threads, 1),
         "provider_max_in_flight": provider.max_in_flight,
         "wall_ms": round(wall * 1000),
     }
@@ -131,6 +134,38 @@ async def measure(threads: int, tokens: int, first_ms: int, total_ms: int,
         out["runs"].append(result)
     out["emit_per_token"] = await run(threads, max(levels), provider(), per_token_emit=True)
     return out
+
+
+def _figures(result: dict[str, Any]) -> dict[str, float]:
+    figures: dict[str, float] = {
+        "settled_s": result["settled_ms"] / 1000,
+        "rows_read": result["rows_read_per_turn"],
+        "rows_written": result["rows_written_per_turn"],
+        "max_in_flight": result["provider_max_in_flight"],
+    }
+    if result["first_delta_p50_ms"] is not None:
+        figures["p50_ms"] = result["first_delta_p50_ms"]
+        figures["p99_ms"] = result["first_delta_p99_ms"]
+    return figures
+
+
+def measurements(plan: dict[str, Any]) -> list[Measurement]:
+    """Scenario 10 of ``scripts/bench`` on simulated time, at the deployed default
+    ``native_concurrency``: one turn alone, ``plan["threads"]`` at once with ``turn.stream``
+    and with one ``turn.emit`` per token. One run: simulated time makes every run the same."""
+    from bench.model import SIM
+
+    threads = plan["threads"]
+    level = RuntimeConfig().native_concurrency
+    result = asyncio.run(measure(threads, plan["tokens"], plan["first_token_ms"],
+                                 plan["total_ms"], [level]))
+    alone = Measurement("10", SIM, "one turn alone (turn.stream)", [_figures(result["alone"])])
+    many = _figures(result["runs"][0])
+    many["ratio_to_alone"] = result["runs"][0]["ratio_to_alone"]
+    return [alone,
+            Measurement("10", SIM, f"{threads} Threads at once (turn.stream)", [many]),
+            Measurement("10", SIM, f"{threads} Threads at once (one emit per token)",
+                        [_figures(result["emit_per_token"])])]
 
 
 def main() -> None:

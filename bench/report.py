@@ -20,7 +20,7 @@ COLUMNS = [
     ("wall_ms", "wall ms"),
     ("p50_ms", "p50 ms"),
     ("p99_ms", "p99 ms"),
-    ("other", "other (scenarios 3, 4)"),
+    ("other", "other (scenarios 3, 4, 10)"),
 ]
 #: The figures of scenarios 3 and 4 that the "other" column shows, and their format.
 OTHER = [
@@ -30,6 +30,10 @@ OTHER = [
     ("idle_p50_ms", "idle admission p50 ms", ".1f"),
     ("admission_s", "admission s", ".2f"),
     ("settle_lag_s", "then settled in s", ".2f"),
+    ("settled_s", "all settled s", ".2f"),
+    ("ratio_to_alone", "x one alone", ".2f"),
+    ("max_in_flight", "model calls at once", "g"),
+    ("alarm_writes", "alarm writes/turn", ".2g"),
 ]
 #: Scenario 3's figures on the passes against admission, printed under the table.
 GATE = [
@@ -102,6 +106,11 @@ def table(measurements: list[Measurement]) -> str:
                  "bound); first SSE record = the echo's record on the open stream.")
     lines.append("  A pass that awaits no real I/O holds the object's input gate: POSTs arriving "
                  "meanwhile wait (pass times on the object's clock, a lower bound).")
+    lines.append("Scenario 10: rows are per turn (per message for the Agents SDK), the object's "
+                 "whole meter from quiet to quiet (admissions, passes, event streams); p50/p99 "
+                 "ms = admission -> first delta")
+    lines.append("  on the Thread's event stream (the Agents SDK: request frame -> first "
+                 "text-delta frame on its WebSocket); sqlite3 = simulated time.")
     for m in measurements:
         if m.scenario == "3":
             summary = m.summary()
@@ -121,6 +130,7 @@ def table(measurements: list[Measurement]) -> str:
                 for verdict in scenario.judge(mine):
                     lines.append(f"     [{system}] {verdict}")
     lines += burst_side_by_side(measurements)
+    lines += llm_side_by_side(measurements)
     ratios = side_by_side(measurements)
     if ratios:
         lines.append("")
@@ -170,6 +180,42 @@ def burst_side_by_side(measurements: list[Measurement]) -> list[str]:
         lines.append("  goal: admission p50 against the Agents SDK's "
                      + (f"{ratio_p:g}x <= 1.5x: met" if ratio_p <= 1.5
                         else f"{ratio_p:g}x > 1.5x: MISSED"))
+    return lines
+
+
+def llm_side_by_side(measurements: list[Measurement]) -> list[str]:
+    """Scenario 10 through threadline (workerd) and the Agents SDK's ``AIChatAgent``: rows
+    written per turn, time to the first delta, and N at once; nothing unless both ran."""
+    def find(system: str, start: str) -> Measurement | None:
+        return next((m for m in measurements if m.scenario == "10" and m.system == system
+                     and m.case.startswith(start)), None)
+
+    ours, theirs = find(WORKERD, "one turn alone"), find(AGENTS, "AIChatAgent: one message")
+    if ours is None or theirs is None:
+        return []
+    lines = ["", "Side by side, scenario 10 (threadline (workerd) turn.stream | Agents SDK"
+             " AIChatAgent (workerd)):"]
+    shown = [("rows written per turn", "rows_written", "g", ours, theirs),
+             ("rows read per turn", "rows_read", "g", ours, theirs),
+             ("first delta ms, one alone", "p50_ms", ".0f", ours, theirs),
+             ("settled s, one alone", "settled_s", ".2f", ours, theirs)]
+    many_ours = next((m for m in measurements if (m.scenario, m.system) == ("10", WORKERD)
+                      and m.case.endswith("at once (turn.stream)")), None)
+    many_theirs = next((m for m in measurements if (m.scenario, m.system) == ("10", AGENTS)
+                        and "at once" in m.case), None)
+    if many_ours is not None and many_theirs is not None:
+        shown += [("N at once: all settled s", "settled_s", ".2f", many_ours, many_theirs),
+                  ("N at once: x one alone", "ratio_to_alone", ".2f", many_ours, many_theirs),
+                  ("N at once: first delta p50 ms", "p50_ms", ".0f", many_ours, many_theirs),
+                  ("N at once: first delta p99 ms", "p99_ms", ".0f", many_ours, many_theirs)]
+    for label, key, fmt, a, b in shown:
+        mine, other = a.summary().get(key), b.summary().get(key)
+        if mine is not None and other is not None:
+            lines.append(f"  {label}: {_range(mine, fmt)} | {_range(other, fmt)}")
+    written = billed_written(theirs)
+    lines.append(f"  billed rows written per turn (alarm writes included): "
+                 f"{(ours.median('rows_written') or 0) + (ours.median('alarm_writes') or 0):g}"
+                 f" | {written:g}")
     return lines
 
 

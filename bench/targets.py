@@ -143,6 +143,28 @@ def _judge_fires(ms: list[Measurement]) -> list[str]:
     return out
 
 
+#: Scenario 10's targets: all settled within this many times one turn alone, and each
+#: turn's first delta within the provider's first-token latency plus this much.
+LLM_RATIO = 1.5
+LLM_FIRST_DELTA_MARGIN_MS = 100
+#: The provider's latency to the first token scenario 10 runs with (``bench.__main__``).
+LLM_FIRST_TOKEN_MS = 1_000
+
+
+def _judge_llm(ms: list[Measurement]) -> list[str]:
+    out: list[str] = []
+    limit = LLM_FIRST_TOKEN_MS + LLM_FIRST_DELTA_MARGIN_MS
+    for m in ms:
+        if m.case.endswith("at once (turn.stream)"):
+            out.append(f"{m.case}: " + _at_most("all settled against one alone (ratio)",
+                                                 round(m.median("ratio_to_alone") or 0, 2),
+                                                 LLM_RATIO))
+            for key, label in (("p50_ms", "first delta p50 ms"),
+                               ("p99_ms", "first delta p99 ms")):
+                out.append(f"{m.case}: " + _at_most(label, round(m.median(key) or 0), limit))
+    return out
+
+
 SCENARIOS = [
     Scenario(
         "1", "caught-up pass with 0 / 1,000 / 10,000 settled submissions",
@@ -191,6 +213,16 @@ SCENARIOS = [
         "9", "subscribers (a callable and a required one): rows written per delivered batch",
         "at most 1 row written per delivered batch, per subscriber",
         judge=_judge_subscribers,
+    ),
+    Scenario(
+        "10", "LLM turns: N Threads of one space, one turn each, each streaming 200 tokens"
+        " from the fake provider (1 s to the first token, 2 s in all), against one turn alone;"
+        " rows per turn with turn.stream and with one emit per token; beside it the Agents"
+        " SDK's AIChatAgent",
+        f"all settled within {LLM_RATIO:g}x one turn alone; admission -> first delta on the"
+        f" event stream p50 and p99 <= {LLM_FIRST_TOKEN_MS + LLM_FIRST_DELTA_MARGIN_MS} ms"
+        f" (first-token latency + {LLM_FIRST_DELTA_MARGIN_MS} ms)",
+        judge=_judge_llm,
     ),
 ]
 

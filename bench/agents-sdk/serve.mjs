@@ -29,7 +29,12 @@ const mf = new Miniflare({
   modulesRules: [{ type: "ESModule", include: ["**/*.js"] }],
   compatibilityDate: "2026-04-01",
   compatibilityFlags: ["nodejs_compat"],
-  durableObjects: { BENCH_AGENT: { className: "BenchAgent", useSQLite: true } },
+  durableObjects: {
+    BENCH_AGENT: { className: "BenchAgent", useSQLite: true },
+    BENCH_CHAT: { className: "BenchChat", useSQLite: true },
+  },
+  // The fake model provider the chat agent streams from (scenario 10).
+  bindings: { MODEL_URL: process.env.MODEL_URL ?? "http://127.0.0.1:9/v1" },
   durableObjectsPersist: false,
   cf: false,
   log: new Log(LogLevel.WARN),

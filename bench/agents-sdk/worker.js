@@ -1,64 +1,13 @@
-// Benchmark only: an Agents SDK agent whose storage cost is metered, served side by side with
+// Benchmark only: Agents SDK agents whose storage cost is metered, served side by side with
 // threadline in the same miniflare. Never deployed.
 //
-// The SQL meter is a thin wrapper installed on ctx.storage.sql.exec BEFORE the Agent
-// constructor runs: it calls the original, reads the whole cursor, adds the cursor's billed
-// rowsRead/rowsWritten to the counters and returns a cursor-like object over the rows read.
-// Alarm writes (setAlarm/deleteAlarm) are counted too. alarm() records each alarm's delta;
-// the /alarms and /progress routes read the counters without running SQL.
+// BenchAgent (scenarios 3 and 6) meters its SQL and alarm writes with meter.js; alarm()
+// records each alarm's delta; the /alarms and /progress routes read the counters without
+// running SQL. BenchChat (chat.js, scenario 10) is the SDK's AIChatAgent, metered the same way.
 import { Agent, getAgentByName } from "agents";
+import { delta, installMeter, snapshot } from "./meter.js";
 
-const FIELDS = ["statements", "rowsRead", "rowsWritten", "setAlarm", "deleteAlarm"];
-
-function cursorOver(rows, cursor) {
-  const columnNames = cursor.columnNames;
-  return {
-    columnNames,
-    rowsRead: cursor.rowsRead,
-    rowsWritten: cursor.rowsWritten,
-    toArray: () => rows,
-    one: () => {
-      if (rows.length !== 1) throw new Error(`Expected exactly one result from SQL query, got ${rows.length}`);
-      return rows[0];
-    },
-    raw: () => rows.map((row) => columnNames.map((name) => row[name]))[Symbol.iterator](),
-    next: (() => {
-      const it = rows[Symbol.iterator]();
-      return () => it.next();
-    })(),
-    [Symbol.iterator]: () => rows[Symbol.iterator](),
-  };
-}
-
-function installMeter(ctx) {
-  const meter = Object.fromEntries(FIELDS.map((f) => [f, 0]));
-  const sql = ctx.storage.sql;
-  const exec = sql.exec.bind(sql);
-  sql.exec = (query, ...bindings) => {
-    const cursor = exec(query, ...bindings);
-    const rows = cursor.toArray();
-    meter.statements += 1;
-    meter.rowsRead += cursor.rowsRead;
-    meter.rowsWritten += cursor.rowsWritten;
-    return cursorOver(rows, cursor);
-  };
-  const storage = ctx.storage;
-  const setAlarm = storage.setAlarm.bind(storage);
-  const deleteAlarm = storage.deleteAlarm.bind(storage);
-  const getAlarm = storage.getAlarm.bind(storage);
-  storage.setAlarm = (...args) => {
-    meter.setAlarm += 1;
-    return setAlarm(...args);
-  };
-  storage.deleteAlarm = (...args) => {
-    meter.deleteAlarm += 1;
-    return deleteAlarm(...args);
-  };
-  return { meter, exec, getAlarm };
-}
-
-const snapshot = (meter) => ({ ...meter });
-const delta = (after, before) => Object.fromEntries(FIELDS.map((f) => [f, after[f] - before[f]]));
+export { BenchChat } from "./chat.js";
 
 export class BenchAgent extends Agent {
   constructor(ctx, env) {
@@ -129,6 +78,11 @@ export default {
   async fetch(request, env) {
     const url = new URL(request.url);
     const parts = url.pathname.split("/").filter(Boolean);
+    if (parts[0] === "_chat" && parts.length >= 2) {
+      // The chat agent's WebSocket (/_chat/{name}) and its routes (/_chat/{name}/{op}).
+      const stub = await getAgentByName(env.BENCH_CHAT, parts[1]);
+      return stub.fetch(request);
+    }
     if (parts[0] !== "_agents" || parts.length < 3) return new Response("not found", { status: 404 });
     const stub = await getAgentByName(env.BENCH_AGENT, parts[1]);
     return stub.fetch(request);

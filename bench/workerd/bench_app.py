@@ -4,6 +4,7 @@ workerd alike."""
 from __future__ import annotations
 
 import inspect
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -39,6 +40,33 @@ def sleep_duration(ms: int) -> Any:
         return ms
     return timedelta(milliseconds=ms)
 
+
+
+@app.agent("chat-per-token")
+async def chat_per_token(turn: Turn) -> Any:
+    """Scenario 10's other way: the example ``chat`` agent with one ``turn.emit`` per token of
+    the model's answer instead of ``turn.stream`` (the provider is ``turn.env.MODEL_URL``)."""
+    assert isinstance(turn.input, dict)
+    text = str(turn.input["text"])
+    await turn.emit({"role": "user", "text": text}, kind="message")
+
+    async def answer() -> str:
+        said = ""
+        async with turn.http.stream(
+                "POST", turn.env.MODEL_URL.rstrip("/") + "/chat/completions",
+                json={"model": "fake-model", "stream": True,
+                      "messages": [{"role": "user", "content": text}]}) as model:
+            await model.raise_for_status()
+            async for line in model.aiter_lines():
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    choices = json.loads(line[6:]).get("choices") or [{}]
+                    delta = choices[0].get("delta", {}).get("content")
+                    if delta:
+                        said += delta
+                        await turn.emit({"delta": delta}, kind="token")
+        return said
+
+    return {"text": await turn.step("model", answer)}
 
 #: Scenario 8: the schedule that falls due (``pulse``) fires every two seconds of real time in
 #: workerd, far enough apart that a fire's alarm and its submission's run are never one alarm

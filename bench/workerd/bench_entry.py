@@ -6,7 +6,8 @@ admit or seed submissions and read what each alarm cost (workerd's billed ``rows
 ``rowsWritten`` per statement, alarm writes, the pass report). The HTTP API (``/v1``) is the
 app's ``Default`` with its spaces bound to ``BenchThreadObject`` too, so that the alarms the API's
 submissions cause are the metered ones (a space and a bench object of the same name are one
-object). The bench object also registers the app's ``echo`` agent for the API scenarios.
+object). The bench object also registers the app's ``echo`` and ``chat`` agents for the API
+scenarios.
 
 Scenario 8's objects are the same bench object over ``bench_app.schedule_app``: one class (and
 binding) per application, as a Durable Object class has one app; ``/_bench/{name}/...`` reaches
@@ -29,7 +30,7 @@ from pyodide.ffi import jsnull
 from workers import Response
 
 from entry import Default as AppDefault
-from entry import ThreadObject, echo
+from entry import ThreadObject, chat, echo
 from threadline.clock import SystemClock
 from threadline.worker import ThreadObjectBase, yield_to_events
 
@@ -43,8 +44,9 @@ _FIRED = "SELECT id, last_fire FROM tl_schedules WHERE last_fire IS NOT NULL"
 #: Scenario 8's object names -> their bindings.
 _FIRES_BINDINGS = {name: binding for name, binding, _ in (*FIRES.values(), SUBSCRIBED)}
 
-# The example Worker's agent, unchanged, for the scenarios that go through the HTTP API.
+# The example Worker's agents, unchanged, for the scenarios that go through the HTTP API.
 bench_app.agent("echo")(echo)
+bench_app.agent("chat")(chat)
 
 
 class Default(AppDefault):
@@ -302,6 +304,14 @@ class BenchThreadObject(ThreadObjectBase):
         """Delete the alarm (not metered): a scenario-8 object stops firing once measured."""
         self.storage.delete_alarm()
         return {"alarm": await self._alarm_slot(), "alarms": len(self.alarms)}
+
+    async def op_meter(self) -> dict[str, Any]:
+        """Everything this incarnation's storage ran so far (its whole meter, requests and
+        event streams included), the alarm slot and the alarms run; reads no SQL."""
+        reading = self.storage.meter.reading()
+        return {"statements": reading.statements, "rows_read": reading.rows_read,
+                "rows_written": reading.rows_written, "alarm_writes": reading.alarm_writes,
+                "alarm": await self._alarm_slot(), "alarms": len(self.alarms)}
 
     async def op_alarms(self, since: str = "0") -> dict[str, Any]:
         """The alarms run so far (from index ``since``); reads no SQL."""

@@ -47,6 +47,21 @@ def test_bench_quick_runs_every_scenario(tmp_path: Path) -> None:
         assert m["runs"] >= 1
         if m["scenario"] not in ("3", "4"):
             assert "rows_read" in m["figures"] and "rows_written" in m["figures"]
+    llm = {(m["system"], m["case"]): m["figures"] for m in results["measurements"]
+           if m["scenario"] == "10"}
+    for system in ("threadline (sqlite3 approximation)", "threadline (workerd)"):
+        assert llm[(system, "one turn alone (turn.stream)")]["settled_s"]["median"] > 0
+        many = llm[(system, "10 Threads at once (turn.stream)")]
+        for figure in ("settled_s", "ratio_to_alone", "p50_ms", "p99_ms", "rows_written"):
+            assert many[figure]["median"] > 0, (system, figure)
+        assert llm[(system, "10 Threads at once (one emit per token)")]["rows_written"][
+            "median"] > 0
+    chat = llm[("agents sdk (workerd)", "AIChatAgent: one message alone")]
+    for figure in ("settled_s", "p50_ms", "rows_written"):
+        assert chat[figure]["median"] > 0, figure
+    assert llm[("agents sdk (workerd)", "AIChatAgent: 10 conversations at once (10 agents)")][
+        "settled_s"]["median"] > 0
+    assert "Side by side, scenario 10" in done.stdout
     assert {r["what"] for r in results["side_by_side"]} >= {
         "one unit of work, end to end", "K=10 delayed submissions pending, one due (alarm)"}
     assert chart.stat().st_size > 0

@@ -1,4 +1,4 @@
-"""The verdicts scenarios 3 and 4 print against their targets, and how their rows show."""
+"""The verdicts scenarios 3, 4 and 10 print against their targets, and how their rows show."""
 
 from __future__ import annotations
 
@@ -136,3 +136,39 @@ def test_before_and_after_sets_each_under_load_figure_of_a_case_beside_its_earli
     # A case only one run has, and the Agents SDK's figures, are left out.
     assert not any("K=99" in line or "agents" in line for line in lines)
     assert before_after([], after) == []
+
+
+def _llm(system: str, case: str, **figures: float) -> Measurement:
+    return Measurement("10", system, case, runs=[figures])
+
+
+def test_llm_turns_are_judged_on_the_ratio_to_one_alone_and_the_first_delta() -> None:
+    met = _verdicts("10", [_llm(WORKERD, "50 Threads at once (turn.stream)",
+                                ratio_to_alone=1.5, p50_ms=1050, p99_ms=1100)])
+    assert len(met) == 3 and all(v.endswith(": met") for v in met), met
+    missed = _verdicts("10", [
+        _llm(WORKERD, "50 Threads at once (turn.stream)", ratio_to_alone=4.1, p50_ms=1101,
+             p99_ms=2000),
+        _llm(WORKERD, "50 Threads at once (one emit per token)", rows_written=400)])
+    assert len(missed) == 3 and all("MISSED" in v for v in missed), missed
+    assert "4.1 > 1.5" in missed[0]
+
+
+def test_llm_turns_are_set_beside_the_agents_sdk_chat_agent() -> None:
+    lines = table([
+        _llm(WORKERD, "one turn alone (turn.stream)", rows_written=21, rows_read=90,
+             alarm_writes=4, p50_ms=1030, settled_s=2.1),
+        _llm(WORKERD, "50 Threads at once (turn.stream)", settled_s=8.4, ratio_to_alone=4.0,
+             p50_ms=1500, p99_ms=2500),
+        _llm(AGENTS, "AIChatAgent: one message alone", rows_written=46, rows_read=159,
+             set_alarm=5, delete_alarm=2, p50_ms=1010, settled_s=2.07),
+        _llm(AGENTS, "AIChatAgent: 50 conversations at once (50 agents)", settled_s=3.0,
+             ratio_to_alone=1.45, p50_ms=1100, p99_ms=1200),
+    ]).splitlines()
+    start = lines.index(next(line for line in lines
+                             if line.startswith("Side by side, scenario 10")))
+    shown = lines[start + 1:start + 10]
+    assert shown[0] == "  rows written per turn: 21 | 46"
+    assert shown[4] == "  N at once: all settled s: 8.40 | 3.00"
+    assert shown[5] == "  N at once: x one alone: 4.00 | 1.45"
+    assert shown[8] == "  billed rows written per turn (alarm writes included): 25 | 53"

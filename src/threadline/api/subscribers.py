@@ -13,6 +13,7 @@ from contextlib import suppress
 from typing import Protocol
 
 from threadline.clock import Clock
+from threadline.clock import timer as clock_timer
 
 
 class ChangeFeed(Protocol):
@@ -49,7 +50,11 @@ class Subscription:
         Whatever did not finish is cancelled, ``other`` included, so a long-lived stream
         leaves no timers or waiters behind."""
         change = asyncio.ensure_future(self._feed.await_change(revision))
-        deadline = asyncio.ensure_future(self._clock.sleep_until(until_ms))
+        # The clock's timer, not a task sleeping on it: under Pyodide a cancelled asyncio
+        # sleep leaves its JavaScript timeout active until it would have fired, and a stream
+        # woken by every delta of a streamed answer would pile up one per wake (workerd
+        # allows an event 10,000; fifty Threads streaming 200 tokens reached it).
+        deadline = clock_timer(self._clock, until_ms)
         try:
             done, _ = await asyncio.wait({change, deadline, other},
                                          return_when=asyncio.FIRST_COMPLETED)
