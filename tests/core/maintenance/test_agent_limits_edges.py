@@ -4,6 +4,7 @@ rows, several limited agents waiting at once, and the turn of a Thread passed ov
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import timedelta
 from typing import Any
 
@@ -97,4 +98,78 @@ def test_a_thread_passed_over_for_a_permit_keeps_its_turn_when_other_threads_are
             # Round-robin between the two waiting Threads: b is not kept behind all of a.
             assert chats.index("b") == 1
             assert obj.submission(late.id).outcome is Outcome.COMPLETED
+    run(body())
+
+
+def test_storage_refusing_a_start_row_leaves_the_rate_held_in_memory(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def body() -> None:
+        clock = ManualClock(START)
+        seen = Seen(clock)
+        app = app_with(seen, chat={"rate": Rate(1, per=timedelta(minutes=1))})
+        async with SimulatedObject(app, clock=clock) as obj:
+            refused = obj.fail_statements("INSERT INTO tl_agent_starts")
+            subs = [obj.admit(thread, "chat", {}) for thread in ("a", "b")]
+            t0 = obj.alarm_at
+            assert t0 is not None
+            await obj.run_alarms(until=t0 + 59_999)
+            assert refused.remaining == 0
+            # No row, yet the start counts: the second Thread waits out the window.
+            assert obj.storage.exec("SELECT COUNT(*) FROM tl_agent_starts").scalar() == 0
+            assert len(seen.starts["chat"]) == 1
+            await obj.run_alarms()
+            assert seen.starts["chat"][1] - seen.starts["chat"][0] == 60_000
+            assert all(obj.submission(s.id).outcome is Outcome.COMPLETED for s in subs)
+    with caplog.at_level(logging.ERROR):
+        run(body())
+    assert any("could not store a start of agent 'chat'" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_storage_refusing_the_recent_starts_starts_an_empty_window_that_still_counts(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def body() -> None:
+        clock = ManualClock(START)
+        seen = Seen(clock)
+        app = app_with(seen, chat={"rate": Rate(1, per=timedelta(minutes=1))})
+        async with SimulatedObject(app, clock=clock) as obj:
+            refused = obj.fail_statements("FROM tl_agent_starts WHERE agent")
+            for thread in ("a", "b"):
+                obj.admit(thread, "chat", {})
+            t0 = obj.alarm_at
+            assert t0 is not None
+            await obj.run_alarms(until=t0 + 59_999)
+            assert refused.remaining == 0
+            assert len(seen.starts["chat"]) == 1
+            # The start taken on the empty window is stored and held.
+            assert obj.storage.exec("SELECT COUNT(*) FROM tl_agent_starts").scalar() == 1
+            await obj.run_alarms()
+            assert len(seen.starts["chat"]) == 2
+    with caplog.at_level(logging.ERROR):
+        run(body())
+    assert any("could not read the recent starts of agent 'chat'" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_the_pass_wakes_for_the_earliest_of_several_rate_limited_agents() -> None:
+    async def body() -> None:
+        clock = ManualClock(START)
+        seen = Seen(clock)
+        app = app_with(seen, slow={"ms": 30_000},
+                       hourly={"rate": Rate(1, per=timedelta(hours=1))},
+                       often={"rate": Rate(1, per=timedelta(seconds=2))})
+        async with SimulatedObject(app, clock=clock) as obj:
+            obj.admit("s", "slow", {})
+            for n in range(2):
+                obj.admit(f"h{n}", "hourly", {})
+                obj.admit(f"o{n}", "often", {})
+            t0 = obj.alarm_at
+            assert t0 is not None
+            await obj.run_alarms(until=t0 + 10_000)
+            # While the slow Attempt holds the pass, the second start of the agent whose
+            # window frees first is not kept waiting for the other agent's window.
+            assert [at - seen.starts["often"][0] for at in seen.starts["often"]] == [0, 2_000]
+            assert len(seen.starts["hourly"]) == 1
     run(body())
