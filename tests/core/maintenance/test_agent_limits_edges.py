@@ -8,6 +8,8 @@ import logging
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from threadline import Application, ManualClock, Rate, RuntimeConfig, Turn
 from threadline.testing import SimulatedObject
 from threadline.threads.model import Outcome
