@@ -94,3 +94,37 @@ def test_the_command_line_writes_the_starter_and_reports_a_refusal(
     assert "not an empty directory" in capsys.readouterr().err
     assert main(["new", str(tmp_path / "bad"), "--name", "Nope"]) == 2
     assert "must match" in capsys.readouterr().err
+
+
+def test_a_write_that_fails_midway_is_refused_and_leaves_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = Path.write_text
+    written: list[Path] = []
+
+    def failing(self: Path, *args: object, **kwargs: object) -> int:
+        if len(written) == 3:
+            raise OSError(28, "No space left on device")
+        written.append(self)
+        return real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "write_text", failing)
+    with pytest.raises(StarterError, match="No space left on device"):
+        create(tmp_path / "deep" / "project")
+    assert list(tmp_path.iterdir()) == []
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    written.clear()
+    with pytest.raises(StarterError):
+        create(empty)
+    # A directory that was there (empty) stays, empty.
+    assert empty.is_dir() and list(empty.iterdir()) == []
+
+
+def test_a_directory_under_a_file_is_refused_on_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "file").write_text("mine")
+    assert main(["new", str(tmp_path / "file" / "project")]) == 2
+    assert "threadline new:" in capsys.readouterr().err
+    assert (tmp_path / "file").read_text() == "mine"

@@ -48,6 +48,8 @@ class AgentPermits:
         self._starts: dict[str, deque[int]] = {}
         #: Per rate-limited agent, how many rows of its starts are stored (at least).
         self._stored: dict[str, int] = {}
+        #: Per limited agent, the Thread it last started an Attempt of (its own round-robin).
+        self._served: dict[str, str] = {}
 
     def limited_agent(self, view: ThreadView) -> AgentBinding | None:
         """The limited agent ``view``'s head would start, or None (no head to start, an
@@ -67,6 +69,44 @@ class AgentPermits:
         if binding.rate is not None:
             left = min(left, binding.rate.limit - len(self._window(binding, now)))
         return max(left, 0)
+
+    def allowed(self, ordered: Iterable[ThreadView], now: int,
+                running: Mapping[str, int]) -> set[str]:
+        """The Threads among ``ordered`` (sorted by Thread id) whose limited head may start at
+        ``now``: per agent, as many as its permits allow, round-robin after the Thread it
+        served last (:meth:`served`).
+
+        Each agent keeps its own turn because the pass's cursor serves every agent at once:
+        it moves past a Thread held for a permit whenever a Thread after it is served, and a
+        Thread held each time the cursor passed it would wait for all the input of the
+        Threads before it.
+        """
+        waiting: dict[str, tuple[AgentBinding, list[ThreadView]]] = {}
+        for view in ordered:
+            binding = self.limited_agent(view)
+            if binding is not None:
+                waiting.setdefault(binding.name, (binding, []))[1].append(view)
+        allowed: set[str] = set()
+        for name, (binding, views) in waiting.items():
+            left = self.allowance(binding, now, running.get(name, 0))
+            last = self._served.get(name)
+            turn = sorted(views, key=lambda view: _after(view.thread_id, last))
+            allowed.update(view.thread_id for view in turn[:left])
+        return allowed
+
+    def served(self, chosen: Iterable[ThreadView]) -> None:
+        """Record the limited Threads ``chosen`` (an agent's next turn is after its last)."""
+        last: dict[str, str] = {}
+        for view in chosen:
+            binding = self.limited_agent(view)
+            if binding is None:
+                continue
+            name = binding.name
+            before = self._served.get(name)
+            if name not in last or (_after(view.thread_id, before)
+                                    > _after(last[name], before)):
+                last[name] = view.thread_id
+        self._served.update(last)
 
     def take(self, binding: AgentBinding, now: int) -> None:
         """Record that one of ``binding``'s Attempts starts at ``now``.
@@ -155,6 +195,11 @@ class AgentPermits:
         # Only the newest ``limit`` rows are read; older ones go with the next delete.
         self._stored[agent] = len(rows)
         return deque(sorted(int(row["started_at"]) for row in rows))
+
+
+def _after(thread_id: str, last: str | None) -> tuple[bool, str]:
+    """Where ``thread_id`` comes in a round-robin that starts after ``last``."""
+    return (last is not None and thread_id <= last, thread_id)
 
 
 __all__ = ["AgentPermits"]

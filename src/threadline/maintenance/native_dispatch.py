@@ -274,7 +274,8 @@ async def _select(
     tally: _Tally, running: dict[str, int],
 ) -> list[ThreadView]:
     """Choose up to ``free`` Threads round-robin after ``last_served_thread``, each limited
-    agent's no more than its permits allow (``running`` of its Attempts run already).
+    agent's no more than its permits allow (``running`` of its Attempts run already), taken
+    in that agent's own turn (:meth:`~threadline.maintenance.agent_permits.AgentPermits.allowed`).
 
     The cursor is stored before the Attempts start only when some runnable Thread is left
     out: then it is what keeps an eviction mid-Attempt from favouring the same Threads
@@ -288,20 +289,13 @@ async def _select(
                   if last is None or view.thread_id > last), 0)
     permits = ctx._permits
     now = ctx._clock.now_ms()
-    left: dict[str, int] = {}
+    allowed = permits.allowed(ordered, now, running)
     chosen: list[ThreadView] = []
     for view in ordered[pivot:] + ordered[:pivot]:
         if len(chosen) == free:
             break
-        binding = permits.limited_agent(view)
-        if binding is not None:
-            name = binding.name
-            if name not in left:
-                left[name] = permits.allowance(binding, now, running.get(name, 0))
-            if left[name] == 0:
-                continue
-            left[name] -= 1
-        chosen.append(view)
+        if view.thread_id in allowed or permits.limited_agent(view) is None:
+            chosen.append(view)
     if not chosen:
         # Every runnable Thread waits for a permit: nobody is served, the cursor stays.
         return []
@@ -312,6 +306,7 @@ async def _select(
         # The Thread the cursor names is faulted and not dispatched; the rest still run.
         chosen = chosen[:-1]
     observed.last_served = newest.thread_id
+    permits.served(chosen)
     await ctx._fp.reached(SELECT_AFTER)
     return chosen
 

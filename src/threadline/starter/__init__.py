@@ -46,8 +46,9 @@ def create(
     With ``wheel`` (a threadline wheel file), the project depends on a copy of it kept in
     ``wheels/`` (``[tool.uv.sources]``, which ``uv`` and ``pywrangler`` read) instead of on
     threadline from the package index. Raises :class:`StarterError`, having written nothing,
-    for a name that does not match :data:`NAME_PATTERN`, a directory that holds anything, or
-    a wheel that is not a threadline wheel file.
+    for a name that does not match :data:`NAME_PATTERN`, a directory that holds anything, a
+    wheel that is not a threadline wheel file, or a write the file system refuses (what was
+    written by then is removed).
     """
     chosen = project_name(directory) if name is None else name
     if _NAME.fullmatch(chosen) is None:
@@ -64,21 +65,41 @@ def create(
         kept = f"wheels/{wheel.name}"
         values["sources"] = f'[tool.uv.sources]\nthreadline = {{ path = "{kept}" }}\n\n'
         values["pip_threadline"] = kept
-    directory.mkdir(parents=True, exist_ok=True)
+    # What to remove should a write fail: the outermost folder this call creates, or (the
+    # directory being there, empty) what it writes inside it.
+    created = next((folder for folder in reversed([directory, *directory.parents])
+                    if not folder.exists()), None)
     written: list[Path] = []
-    if wheel is not None:
-        (directory / "wheels").mkdir()
-        shutil.copyfile(wheel, directory / "wheels" / wheel.name)
-        written.append(Path("wheels") / wheel.name)
-    for source, relative in files:
-        text = source.read_text(encoding="utf-8")
-        for key, value in values.items():
-            text = text.replace("{{" + key + "}}", value)
-        target = directory / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
-        written.append(relative)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        if wheel is not None:
+            (directory / "wheels").mkdir()
+            shutil.copyfile(wheel, directory / "wheels" / wheel.name)
+            written.append(Path("wheels") / wheel.name)
+        for source, relative in files:
+            text = source.read_text(encoding="utf-8")
+            for key, value in values.items():
+                text = text.replace("{{" + key + "}}", value)
+            target = directory / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+            written.append(relative)
+    except OSError as exc:
+        _undo(directory, created)
+        raise StarterError(f"could not write {directory}: {exc.strerror or exc}") from exc
     return sorted(written)
+
+
+def _undo(directory: Path, created: Path | None) -> None:
+    """Remove what a failed :func:`create` wrote (the directory was missing or empty)."""
+    if created is not None:
+        shutil.rmtree(created, ignore_errors=True)
+        return
+    for entry in directory.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
 
 
 def _walk(folder: Traversable, relative: Path) -> list[tuple[Traversable, Path]]:
