@@ -129,11 +129,12 @@ def test_the_readme_testing_example_passes_against_the_installed_package(
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"),
                         flags=re.DOTALL)
     examples = [block for block in blocks if "threadline.testing" in block]
-    assert len(examples) == 1
-    (tmp_path / "test_readme_example.py").write_text(examples[0], encoding="utf-8")
+    assert examples
+    for n, example in enumerate(examples):
+        (tmp_path / f"test_readme_example_{n}.py").write_text(example, encoding="utf-8")
     output = _run(installed, "-m", "pytest", "-q", "-p", "no:cacheprovider", tmp_path,
                   cwd=tmp_path)
-    assert "1 passed" in output, output
+    assert f"{len(examples)} passed" in output, output
 
 
 def test_a_new_starter_project_passes_its_own_tests_at_once(
