@@ -81,13 +81,8 @@ class AgentPermits:
         Thread held each time the cursor passed it would wait for all the input of the
         Threads before it.
         """
-        waiting: dict[str, tuple[AgentBinding, list[ThreadView]]] = {}
-        for view in ordered:
-            binding = self.limited_agent(view)
-            if binding is not None:
-                waiting.setdefault(binding.name, (binding, []))[1].append(view)
         allowed: set[str] = set()
-        for name, (binding, views) in waiting.items():
+        for name, (binding, views) in self._by_agent(ordered).items():
             left = self.allowance(binding, now, running.get(name, 0))
             last = self._served.get(name)
             turn = sorted(views, key=lambda view: _after(view.thread_id, last))
@@ -146,7 +141,7 @@ class AgentPermits:
 
     def next_free(self, views: Iterable[ThreadView], now: int) -> int | None:
         """The earliest :meth:`frees_at` of the limited agents ``views``' heads wait for."""
-        times = [at for binding in self._waiting(views)
+        times = [at for binding, _ in self._by_agent(views).values()
                  if (at := self.frees_at(binding, now)) is not None]
         return min(times) if times else None
 
@@ -163,13 +158,16 @@ class AgentPermits:
             held[view.thread_id] = self.frees_at(binding, now) or now
         return held
 
-    def _waiting(self, views: Iterable[ThreadView]) -> list[AgentBinding]:
-        seen: dict[str, AgentBinding] = {}
+    def _by_agent(
+        self, views: Iterable[ThreadView]
+    ) -> dict[str, tuple[AgentBinding, list[ThreadView]]]:
+        """The views whose head a limited agent would start, by that agent (in their order)."""
+        grouped: dict[str, tuple[AgentBinding, list[ThreadView]]] = {}
         for view in views:
             binding = self.limited_agent(view)
             if binding is not None:
-                seen.setdefault(binding.name, binding)
-        return list(seen.values())
+                grouped.setdefault(binding.name, (binding, []))[1].append(view)
+        return grouped
 
     def _window(self, binding: AgentBinding, now: int) -> deque[int]:
         rate = binding.rate

@@ -20,6 +20,8 @@ ends or its rate frees a start.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
+from collections.abc import Mapping
 from contextlib import nullcontext, suppress
 from functools import partial
 from typing import Any
@@ -159,7 +161,8 @@ async def dispatch_native(
                             and view.thread_id not in tasks
                             and not gate.holds(view.thread_id)]
                 if free > 0 and runnable:
-                    running = _running(limited)
+                    # How many Attempts of each limited agent run.
+                    running = Counter(limited.values())
                     for view in await _select(ctx, runnable, free, observed, tally, running):
                         binding = permits.limited_agent(view)
                         if binding is not None:
@@ -231,47 +234,31 @@ async def _await_progress(
     permit = (None if wake_at is None
               else asyncio.ensure_future(ctx._clock.sleep_until(wake_at)))
     try:
-        await _await_any(ctx, tasks, deadline, waves, seen, pub, permit)
+        while True:
+            change = ctx._gate.changed(ctx._gate.revision)
+            waiting: set[asyncio.Future[Any]] = {*tasks.values(), *waves, deadline, change}
+            if permit is not None:
+                waiting.add(permit)
+            delivered = None
+            if waves and pub is not None:
+                delivered = pub.progressed()
+                waiting.add(delivered)
+            try:
+                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                change.cancel()
+                if delivered is not None:
+                    delivered.cancel()
+            if done - {change} or ctx._gate.generations != seen:
+                return
     finally:
         if permit is not None:
             permit.cancel()
 
 
-async def _await_any(
-    ctx: PassContext, tasks: dict[str, asyncio.Task[bool]], deadline: asyncio.Future[None],
-    waves: list[asyncio.Future[bool]], seen: int, pub: Publication | None,
-    permit: asyncio.Future[None] | None,
-) -> None:
-    while True:
-        change = ctx._gate.changed(ctx._gate.revision)
-        waiting: set[asyncio.Future[Any]] = {*tasks.values(), *waves, deadline, change}
-        if permit is not None:
-            waiting.add(permit)
-        delivered = None
-        if waves and pub is not None:
-            delivered = pub.progressed()
-            waiting.add(delivered)
-        try:
-            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            change.cancel()
-            if delivered is not None:
-                delivered.cancel()
-        if done - {change} or ctx._gate.generations != seen:
-            return
-
-
-def _running(limited: dict[str, str]) -> dict[str, int]:
-    """How many Attempts of each limited agent run, from the agent of each running one."""
-    counts: dict[str, int] = {}
-    for agent in limited.values():
-        counts[agent] = counts.get(agent, 0) + 1
-    return counts
-
-
 async def _select(
     ctx: PassContext, runnable: list[ThreadView], free: int, observed: _Observed,
-    tally: _Tally, running: dict[str, int],
+    tally: _Tally, running: Mapping[str, int],
 ) -> list[ThreadView]:
     """Choose up to ``free`` Threads round-robin after ``last_served_thread``, each limited
     agent's no more than its permits allow (``running`` of its Attempts run already), taken
